@@ -1,0 +1,214 @@
+//! The crate's one error type.
+
+use std::path::PathBuf;
+
+/// Result alias used throughout agentwal.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything that can go wrong in agentwal.
+///
+/// Corruption errors say where (segment file and byte offset); misuse errors say
+/// what to do instead.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// An operating-system I/O error, with what agentwal was doing when it happened.
+    #[error("I/O error while {context}: {source}")]
+    Io {
+        /// What agentwal was doing.
+        context: String,
+        /// The underlying error.
+        #[source]
+        source: std::io::Error,
+    },
+
+    /// A checksum or structural check failed somewhere other than a torn tail.
+    #[error("corruption in segment {} at byte offset {offset}: {reason}", segment.display())]
+    Corruption {
+        /// The segment file holding the bad bytes.
+        segment: PathBuf,
+        /// Byte offset of the bad record (or header) inside that file.
+        offset: u64,
+        /// What check failed.
+        reason: CorruptionReason,
+    },
+
+    /// Another handle (in this or another process) holds the writer lock.
+    #[error(
+        "store {} is locked by another writer; open it read-only, or stop the other writer first",
+        dir.display()
+    )]
+    Locked {
+        /// The store directory.
+        dir: PathBuf,
+    },
+
+    /// A write was attempted on a read-only handle.
+    #[error("this handle is read-only; open the store with `open` (not `open_read_only`) to write")]
+    ReadOnly,
+
+    /// The directory exists but holds files that are not an agentwal store.
+    #[error("{} is not an agentwal store (no segment files, and it is not empty)", dir.display())]
+    NotAStore {
+        /// The directory.
+        dir: PathBuf,
+    },
+
+    /// A segment was written by a newer (or unknown) format version.
+    #[error("segment {} has format version {found}; this build supports {supported}", segment.display())]
+    UnsupportedFormat {
+        /// The segment file.
+        segment: PathBuf,
+        /// Version found on disk.
+        found: u32,
+        /// Version this build reads and writes.
+        supported: u32,
+    },
+
+    /// A previous fsync (or write) failed; the page cache can no longer be trusted.
+    #[error(
+        "an earlier write or fsync failed ({cause}); this handle accepts no more writes: reopen the store to recover"
+    )]
+    Poisoned {
+        /// The first failure, as text.
+        cause: String,
+    },
+
+    /// A record is larger than a segment can hold.
+    #[error(
+        "record of {payload_bytes} bytes exceeds the limit of {limit_bytes} bytes (raise `segment_bytes`)"
+    )]
+    RecordTooLarge {
+        /// Payload size requested.
+        payload_bytes: u64,
+        /// Largest payload accepted with the current options.
+        limit_bytes: u64,
+    },
+
+    /// `commit_if` found the task at another seq.
+    #[error("conflict on task {task:?}: expected seq {expected}, found {actual}")]
+    Conflict {
+        /// The task id.
+        task: String,
+        /// The seq the caller expected.
+        expected: u64,
+        /// The task's actual latest seq (0: the task does not exist).
+        actual: u64,
+    },
+
+    /// The task (e.g. a fork's target) already exists.
+    #[error("task {task:?} already exists; pick another id or delete it first")]
+    TaskExists {
+        /// The task id.
+        task: String,
+    },
+
+    /// The task does not exist (or was deleted).
+    #[error("no task {task:?} in this store")]
+    UnknownTask {
+        /// The task id.
+        task: String,
+    },
+
+    /// A seq outside the task's retained checkpoints.
+    #[error("task {task:?} has no checkpoint {seq} (latest is {latest})")]
+    UnknownSeq {
+        /// The task id.
+        task: String,
+        /// The seq asked for.
+        seq: u64,
+        /// The task's latest seq.
+        latest: u64,
+    },
+
+    /// Bad argument from the caller (empty task id, unknown call id, ...).
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+
+    /// Data written under another `State::VERSION` and no migration was provided.
+    #[error(
+        "data has schema version {found}, this program expects {expected}; implement `State::migrate`"
+    )]
+    SchemaMismatch {
+        /// Version on disk.
+        found: u32,
+        /// `State::VERSION` of the running program.
+        expected: u32,
+    },
+
+    /// A record's checksum matched but its payload did not decode.
+    #[error("record at segment {} offset {offset} does not decode: {reason}", segment.display())]
+    Decode {
+        /// The segment file.
+        segment: PathBuf,
+        /// Byte offset of the record.
+        offset: u64,
+        /// The decoder's message.
+        reason: String,
+    },
+}
+
+/// Which check a corrupt record or header failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum CorruptionReason {
+    /// The stored checksum does not match the bytes.
+    #[error("checksum mismatch (stored {stored:#010x}, computed {computed:#010x})")]
+    ChecksumMismatch {
+        /// Checksum stored on disk.
+        stored: u32,
+        /// Checksum computed over the bytes read.
+        computed: u32,
+    },
+    /// The record length runs past the end of the segment.
+    #[error("record length {length} runs past the end of the segment")]
+    BadLength {
+        /// The length field.
+        length: u64,
+    },
+    /// A record kind this build does not know (or 0, which marks unwritten space).
+    #[error("unknown record kind {0}")]
+    UnknownKind(u8),
+    /// Flags or reserved bytes hold values no writer produces.
+    #[error("invalid record flags {0:#04x}")]
+    BadFlags(u8),
+    /// The record's LSN does not follow its predecessor's.
+    #[error("LSN {found} where {expected} was expected")]
+    LsnGap {
+        /// The LSN that should come next.
+        expected: u64,
+        /// The LSN found.
+        found: u64,
+    },
+    /// The segment header is wrong (bad magic, mismatched id, truncated).
+    #[error("bad segment header: {0}")]
+    BadHeader(String),
+    /// A sealed segment does not end with its seal record, or a segment is missing.
+    #[error("segment chain broken: {0}")]
+    BrokenChain(String),
+    /// An invalid record is followed by a batch written after everything before it was
+    /// durable, so it cannot be a torn write.
+    #[error(
+        "invalid record followed by a later durable batch at offset {later_offset} (not a torn tail)"
+    )]
+    ValidDataAfter {
+        /// Where the later valid batch starts.
+        later_offset: u64,
+    },
+    /// Strict recovery found a torn tail.
+    #[error("torn tail of {torn_bytes} bytes (strict recovery refuses to discard it)")]
+    TornTail {
+        /// Bytes that would have been discarded.
+        torn_bytes: u64,
+    },
+}
+
+impl Error {
+    /// Wraps an `io::Error` with what agentwal was doing.
+    pub(crate) fn io(context: impl Into<String>, source: std::io::Error) -> Self {
+        Error::Io {
+            context: context.into(),
+            source,
+        }
+    }
+}

@@ -1,0 +1,88 @@
+//! On-disk constants shared by the writer and recovery. DESIGN.md holds the same
+//! tables; change both together, and bump [`FORMAT_VERSION`].
+
+/// Magic bytes opening every segment file.
+pub const SEGMENT_MAGIC: [u8; 8] = *b"AGENTWAL";
+/// Format version written into every segment header.
+pub const FORMAT_VERSION: u32 = 1;
+
+// Segment header layout: each offset is the previous offset plus its field's size.
+pub(crate) const SEG_MAGIC_OFFSET: usize = 0;
+pub(crate) const SEG_VERSION_OFFSET: usize = SEG_MAGIC_OFFSET + 8;
+pub(crate) const SEG_RESERVED_OFFSET: usize = SEG_VERSION_OFFSET + 4;
+pub(crate) const SEG_ID_OFFSET: usize = SEG_RESERVED_OFFSET + 4;
+pub(crate) const SEG_FIRST_LSN_OFFSET: usize = SEG_ID_OFFSET + 8;
+pub(crate) const SEG_CRC_OFFSET: usize = SEG_FIRST_LSN_OFFSET + 8;
+pub(crate) const SEG_PAD_OFFSET: usize = SEG_CRC_OFFSET + 4;
+/// Size of the segment header; the first record starts right after it.
+pub const SEGMENT_HEADER_BYTES: usize = SEG_PAD_OFFSET + 4;
+
+// Record header layout.
+pub(crate) const REC_CRC_OFFSET: usize = 0;
+pub(crate) const REC_LEN_OFFSET: usize = REC_CRC_OFFSET + 4;
+pub(crate) const REC_LSN_OFFSET: usize = REC_LEN_OFFSET + 4;
+pub(crate) const REC_KIND_OFFSET: usize = REC_LSN_OFFSET + 8;
+pub(crate) const REC_FLAGS_OFFSET: usize = REC_KIND_OFFSET + 1;
+pub(crate) const REC_RESERVED_OFFSET: usize = REC_FLAGS_OFFSET + 1;
+/// Size of a record header; the payload follows it.
+pub const RECORD_HEADER_BYTES: usize = REC_RESERVED_OFFSET + 2;
+
+const _: () = assert!(SEGMENT_HEADER_BYTES == 40);
+const _: () = assert!(RECORD_HEADER_BYTES == 20);
+
+/// Kind 0 is never written: preallocated space reads as zeros, and a zero kind
+/// marks the end of the data.
+pub const KIND_UNWRITTEN: u8 = 0;
+/// Internal kind closing a full segment; its payload is the next segment's id.
+pub const KIND_SEAL: u8 = 0xFF;
+/// Largest kind a user of the log may append (1..=`KIND_USER_MAX`).
+pub const KIND_USER_MAX: u8 = 0xEF;
+
+/// Flag: first record of a batch.
+pub const FLAG_BATCH_START: u8 = 1 << 0;
+/// Flag: last record of a batch.
+pub const FLAG_BATCH_END: u8 = 1 << 1;
+/// Flag (batch start only): every byte before this batch was durable when it was written.
+/// Recovery uses it to tell a torn tail from corruption.
+pub const FLAG_DURABLE_BEFORE: u8 = 1 << 2;
+/// Every flag bit a writer may set.
+pub const FLAGS_KNOWN: u8 = FLAG_BATCH_START | FLAG_BATCH_END | FLAG_DURABLE_BEFORE;
+
+/// Payload bytes of a seal record (the next segment id, u64 LE).
+pub const SEAL_PAYLOAD_BYTES: usize = 8;
+/// Bytes a seal record takes; every segment keeps room for one.
+pub const SEAL_RECORD_BYTES: usize = RECORD_HEADER_BYTES + SEAL_PAYLOAD_BYTES;
+
+/// Smallest `segment_bytes` accepted: room for the header, a seal and some records.
+pub const SEGMENT_BYTES_MIN: u64 = 4096;
+/// Largest `segment_bytes` accepted (offsets and lengths are u32 inside a segment).
+pub const SEGMENT_BYTES_MAX: u64 = 1 << 31;
+/// Default segment size.
+pub const SEGMENT_BYTES_DEFAULT: u64 = 64 << 20;
+/// The writer extends a segment by this many preallocated bytes at a time, so most
+/// fdatasync calls need not update the file size.
+pub const PREALLOCATE_BYTES: u64 = 4 << 20;
+
+/// Masks a CRC so that all-zero bytes never carry a valid checksum (as LevelDB does).
+pub fn mask_crc(crc: u32) -> u32 {
+    crc.rotate_right(15).wrapping_add(0xa282_ead8)
+}
+
+/// File name of segment `id`: zero-padded so names sort in log order.
+pub fn segment_file_name(id: u64) -> String {
+    format!("{id:020}.wal")
+}
+
+/// Parses a segment file name back to its id.
+pub fn parse_segment_file_name(name: &str) -> Option<u64> {
+    let digits = name.strip_suffix(".wal")?;
+    if digits.len() != 20 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok()
+}
+
+/// Suffix of a segment being created; such files are never part of the log.
+pub const TEMP_SUFFIX: &str = ".tmp";
+/// Name of the lock file a writer holds.
+pub const LOCK_FILE_NAME: &str = "LOCK";

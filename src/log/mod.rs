@@ -1,0 +1,622 @@
+//! The log: a segmented, checksummed, group-committed write-ahead log of byte payloads.
+//!
+//! Usable on its own as a plain WAL; the typed [`Store`](crate::Store) is built on it.
+//!
+//! ```
+//! use agentwal::log::{Log, LogOptions};
+//! # let dir = tempfile::tempdir().unwrap();
+//! let log = Log::open(dir.path(), LogOptions::default())?;
+//! let appended = log.append(1, b"hello")?; // durable when it returns
+//! drop(log);
+//!
+//! let mut seen = Vec::new();
+//! let log = Log::open_with(dir.path(), LogOptions::default(), |rec| {
+//!     seen.push(rec.payload.to_vec());
+//!     Ok(())
+//! })?;
+//! assert_eq!(seen, vec![b"hello".to_vec()]);
+//! assert_eq!(log.read(appended.pos)?, b"hello");
+//! # Ok::<(), agentwal::Error>(())
+//! ```
+
+pub mod format;
+mod lock;
+pub mod record;
+mod recovery;
+pub mod segment;
+mod writer;
+
+use std::collections::HashMap;
+use std::fs::OpenOptions;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+
+use memmap2::Mmap;
+use parking_lot::RwLock;
+
+pub use recovery::{LogRecovery, SkippedRange};
+
+use self::format::*;
+use self::lock::DirLock;
+use self::recovery::{Scan, SegmentState};
+use self::segment::{create_segment, segment_path, sync_dir};
+use self::writer::{Writer, WriterStart};
+use crate::error::{CorruptionReason, Error, Result};
+
+/// When an append counts as done.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SyncMode {
+    /// Durable when `append`/`commit` returns: one fdatasync per group-commit batch.
+    #[default]
+    Always,
+    /// Written to the OS when it returns; a background thread fsyncs at this interval and
+    /// `flush()` forces one. A crash may lose up to one interval of acknowledged writes.
+    Periodic(Duration),
+    /// Never fsynced except by `flush()`. For tests and throwaway data only.
+    Never,
+}
+
+/// What recovery tolerates when it finds bad bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum RecoveryMode {
+    /// Discard a torn tail (the last batch cut short by a crash); fail on any other damage.
+    #[default]
+    TolerateTornTail,
+    /// Fail even on a torn tail (forensics: nothing is discarded or modified silently).
+    Strict,
+    /// Skip corrupt ranges, report them in the recovery report, and go on.
+    Salvage,
+}
+
+/// Options of a [`Log`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LogOptions {
+    /// Durability of appends.
+    pub sync: SyncMode,
+    /// Segment files rotate at this size.
+    pub segment_bytes: u64,
+    /// What recovery tolerates.
+    pub recovery: RecoveryMode,
+}
+
+impl Default for LogOptions {
+    fn default() -> Self {
+        LogOptions {
+            sync: SyncMode::Always,
+            segment_bytes: SEGMENT_BYTES_DEFAULT,
+            recovery: RecoveryMode::TolerateTornTail,
+        }
+    }
+}
+
+/// Where a record lives: its segment and byte offset.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct RecordPos {
+    /// Segment id (the file name's number).
+    pub segment_id: u64,
+    /// Byte offset of the record header in that file.
+    pub offset: u64,
+}
+
+/// A record handed out by recovery or a read.
+#[derive(Debug, Clone, Copy)]
+pub struct RecordRef<'a> {
+    /// Segment id.
+    pub segment_id: u64,
+    /// Byte offset in the segment.
+    pub offset: u64,
+    /// Log sequence number.
+    pub lsn: u64,
+    /// Record kind (1..=`KIND_USER_MAX`).
+    pub kind: u8,
+    /// The payload.
+    pub payload: &'a [u8],
+}
+
+impl RecordRef<'_> {
+    /// The record's position.
+    pub fn pos(&self) -> RecordPos {
+        RecordPos {
+            segment_id: self.segment_id,
+            offset: self.offset,
+        }
+    }
+}
+
+/// What `append` returns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Appended {
+    /// The record's LSN.
+    pub lsn: u64,
+    /// The record's position (for [`Log::read`]).
+    pub pos: RecordPos,
+}
+
+/// Counters of a log handle.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LogStats {
+    /// Records appended through this handle.
+    pub appends: u64,
+    /// Group-commit batches written.
+    pub batches: u64,
+    /// fdatasync calls.
+    pub fsyncs: u64,
+    /// Bytes written (records and seals).
+    pub bytes_written: u64,
+    /// Segments created by rotation.
+    pub rotations: u64,
+}
+
+/// A handle to a log directory. Cheap to clone; all clones share one writer.
+#[derive(Clone)]
+pub struct Log {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    dir: PathBuf,
+    writer: Option<Writer>,
+    recovery: LogRecovery,
+    options: LogOptions,
+    /// For read-only handles: segments below this id were sealed at open.
+    last_segment_at_open: u64,
+    maps: RwLock<HashMap<u64, Arc<Mmap>>>,
+    _lock: Option<DirLock>,
+}
+
+/// How many times a read-only open re-reads when it sees damage that a concurrent
+/// writer's half-finished write can cause.
+const READ_ONLY_SCAN_ATTEMPTS: usize = 5;
+
+impl Log {
+    /// Opens (or creates) the log in `dir` for writing, discarding the recovered records.
+    pub fn open(dir: impl AsRef<Path>, options: LogOptions) -> Result<Log> {
+        Log::open_with(dir, options, |_| Ok(()))
+    }
+
+    /// Opens (or creates) the log in `dir` for writing; `visit` sees every recovered record
+    /// in LSN order (complete batches only). An error from `visit` aborts the open.
+    pub fn open_with(
+        dir: impl AsRef<Path>,
+        options: LogOptions,
+        mut visit: impl FnMut(RecordRef<'_>) -> Result<()>,
+    ) -> Result<Log> {
+        let dir = dir.as_ref().to_path_buf();
+        validate_options(&options)?;
+        prepare_dir(&dir)?;
+        let lock = DirLock::acquire(&dir)?;
+        remove_temp_files(&dir)?;
+        let started = Instant::now();
+        let scan = recovery::scan(&dir, options.recovery, &mut visit)?;
+        log_recovery(&dir, &scan.report, started);
+        let start = writer_start(&dir, &scan, options.segment_bytes)?;
+        let writer = Writer::new(start, options.sync);
+        let log = Log {
+            inner: Arc::new(Inner {
+                dir,
+                writer: Some(writer),
+                recovery: scan.report,
+                options,
+                last_segment_at_open: 0,
+                maps: RwLock::new(HashMap::new()),
+                _lock: Some(lock),
+            }),
+        };
+        if let SyncMode::Periodic(interval) = options.sync {
+            spawn_flusher(Arc::downgrade(&log.inner), interval);
+        }
+        Ok(log)
+    }
+
+    /// Opens the log read-only: takes no lock, modifies nothing, ignores an unfinished tail.
+    /// Works while a writer (in this or another process) appends; sees what was complete
+    /// when it opened.
+    pub fn open_read_only(
+        dir: impl AsRef<Path>,
+        options: LogOptions,
+        mut visit: impl FnMut(RecordRef<'_>) -> Result<()>,
+    ) -> Result<Log> {
+        let dir = dir.as_ref().to_path_buf();
+        let started = Instant::now();
+        let scan = scan_read_only(&dir, options.recovery, &mut visit)?;
+        log_recovery(&dir, &scan.report, started);
+        Ok(Log {
+            inner: Arc::new(Inner {
+                last_segment_at_open: scan.segments.last().map_or(0, |s| s.id),
+                dir,
+                writer: None,
+                recovery: scan.report,
+                options,
+                maps: RwLock::new(HashMap::new()),
+                _lock: None,
+            }),
+        })
+    }
+
+    /// Appends one record of `kind` (1..=`KIND_USER_MAX`). With `SyncMode::Always` it is
+    /// durable when this returns; concurrent appends share one write and one fsync.
+    pub fn append(&self, kind: u8, payload: &[u8]) -> Result<Appended> {
+        let writer = self.writer()?;
+        if kind == KIND_UNWRITTEN || kind > KIND_USER_MAX {
+            return Err(Error::InvalidArgument(format!(
+                "record kind {kind} is reserved; use 1..={KIND_USER_MAX}"
+            )));
+        }
+        let (lsn, pos) = writer.append(kind, payload)?;
+        Ok(Appended { lsn, pos })
+    }
+
+    /// Makes every record appended so far durable (a no-op cost under `SyncMode::Always`).
+    pub fn flush(&self) -> Result<()> {
+        self.writer()?.flush()
+    }
+
+    /// Reads the payload of the record at `pos`, verifying its checksum.
+    pub fn read(&self, pos: RecordPos) -> Result<Vec<u8>> {
+        self.read_with(pos, |rec| Ok(rec.payload.to_vec()))
+    }
+
+    /// Reads the record at `pos` and hands it to `f` without copying the payload when the
+    /// segment is sealed (memory-mapped).
+    pub fn read_with<T>(
+        &self,
+        pos: RecordPos,
+        f: impl FnOnce(RecordRef<'_>) -> Result<T>,
+    ) -> Result<T> {
+        let path = segment_path(&self.inner.dir, pos.segment_id);
+        if self.is_sealed(pos.segment_id) {
+            let map = self.map(pos.segment_id, &path)?;
+            let bytes = map.get(pos.offset as usize..).unwrap_or(&[]);
+            return f(decode_at(bytes, pos, &path)?);
+        }
+        let file = std::fs::File::open(&path)
+            .map_err(|e| Error::io(format!("opening {}", path.display()), e))?;
+        let mut head = [0u8; RECORD_HEADER_BYTES];
+        read_exact_at(&file, &mut head, pos.offset, &path)?;
+        let header = record::parse_header(&head).map_err(|e| decode_error(e, pos, &path))?;
+        if header.record_bytes() > SEGMENT_BYTES_MAX {
+            return Err(decode_error(
+                record::DecodeError::Invalid(CorruptionReason::BadLength {
+                    length: u64::from(header.payload_len),
+                }),
+                pos,
+                &path,
+            ));
+        }
+        let mut buf = vec![0u8; header.record_bytes() as usize];
+        read_exact_at(&file, &mut buf, pos.offset, &path)?;
+        f(decode_at(&buf, pos, &path)?)
+    }
+
+    /// Re-reads every complete record from disk, in LSN order.
+    pub fn replay(&self, mut visit: impl FnMut(RecordRef<'_>) -> Result<()>) -> Result<()> {
+        scan_read_only(&self.inner.dir, self.inner.options.recovery, &mut visit).map(|_| ())
+    }
+
+    /// What recovery found when this handle opened.
+    pub fn recovery(&self) -> &LogRecovery {
+        &self.inner.recovery
+    }
+
+    /// The log's directory.
+    pub fn dir(&self) -> &Path {
+        &self.inner.dir
+    }
+
+    /// The options this handle was opened with.
+    pub fn options(&self) -> &LogOptions {
+        &self.inner.options
+    }
+
+    /// Whether this handle can write.
+    pub fn is_read_only(&self) -> bool {
+        self.inner.writer.is_none()
+    }
+
+    /// Largest payload one record may carry with this handle's `segment_bytes`.
+    pub fn payload_bytes_max(&self) -> u64 {
+        writer::max_payload_bytes(self.inner.options.segment_bytes)
+    }
+
+    /// Counters since this handle opened.
+    pub fn stats(&self) -> LogStats {
+        let Some(w) = &self.inner.writer else {
+            return LogStats::default();
+        };
+        let c = &w.counters;
+        LogStats {
+            appends: c.appends.load(Ordering::Relaxed),
+            batches: c.batches.load(Ordering::Relaxed),
+            fsyncs: c.fsyncs.load(Ordering::Relaxed),
+            bytes_written: c.bytes_written.load(Ordering::Relaxed),
+            rotations: c.rotations.load(Ordering::Relaxed),
+        }
+    }
+
+    fn writer(&self) -> Result<&Writer> {
+        self.inner.writer.as_ref().ok_or(Error::ReadOnly)
+    }
+
+    fn is_sealed(&self, segment_id: u64) -> bool {
+        match &self.inner.writer {
+            Some(w) => segment_id < w.active_segment.load(Ordering::Acquire),
+            None => segment_id < self.inner.last_segment_at_open,
+        }
+    }
+
+    fn map(&self, segment_id: u64, path: &Path) -> Result<Arc<Mmap>> {
+        if let Some(m) = self.inner.maps.read().get(&segment_id) {
+            return Ok(m.clone());
+        }
+        let file = std::fs::File::open(path)
+            .map_err(|e| Error::io(format!("opening {}", path.display()), e))?;
+        // SAFETY: sealed segments are never written or truncated again; agentwal only
+        // deletes them, which leaves an existing mapping valid.
+        let map = unsafe { Mmap::map(&file) }
+            .map_err(|e| Error::io(format!("mapping {}", path.display()), e))?;
+        let map = Arc::new(map);
+        self.inner.maps.write().insert(segment_id, map.clone());
+        Ok(map)
+    }
+}
+
+fn decode_at<'a>(bytes: &'a [u8], pos: RecordPos, path: &Path) -> Result<RecordRef<'a>> {
+    let (h, payload) = record::decode(bytes).map_err(|e| decode_error(e, pos, path))?;
+    if h.kind == KIND_SEAL {
+        return Err(Error::Corruption {
+            segment: path.to_path_buf(),
+            offset: pos.offset,
+            reason: CorruptionReason::UnknownKind(h.kind),
+        });
+    }
+    Ok(RecordRef {
+        segment_id: pos.segment_id,
+        offset: pos.offset,
+        lsn: h.lsn,
+        kind: h.kind,
+        payload,
+    })
+}
+
+fn decode_error(e: record::DecodeError, pos: RecordPos, path: &Path) -> Error {
+    let reason = match e {
+        record::DecodeError::Invalid(r) => r,
+        record::DecodeError::Unwritten => CorruptionReason::UnknownKind(KIND_UNWRITTEN),
+        record::DecodeError::Truncated => CorruptionReason::BadLength { length: 0 },
+    };
+    Error::Corruption {
+        segment: path.to_path_buf(),
+        offset: pos.offset,
+        reason,
+    }
+}
+
+fn read_exact_at(file: &std::fs::File, buf: &mut [u8], offset: u64, path: &Path) -> Result<()> {
+    file.read_exact_at(buf, offset).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::UnexpectedEof {
+            Error::Corruption {
+                segment: path.to_path_buf(),
+                offset,
+                reason: CorruptionReason::BadLength {
+                    length: buf.len() as u64,
+                },
+            }
+        } else {
+            Error::io(format!("reading {}", path.display()), e)
+        }
+    })
+}
+
+fn validate_options(options: &LogOptions) -> Result<()> {
+    if !(SEGMENT_BYTES_MIN..=SEGMENT_BYTES_MAX).contains(&options.segment_bytes) {
+        return Err(Error::InvalidArgument(format!(
+            "segment_bytes {} is outside {SEGMENT_BYTES_MIN}..={SEGMENT_BYTES_MAX}",
+            options.segment_bytes
+        )));
+    }
+    if let SyncMode::Periodic(d) = options.sync
+        && d.is_zero()
+    {
+        return Err(Error::InvalidArgument(
+            "SyncMode::Periodic needs a non-zero interval; use SyncMode::Always".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// Creates `dir` if missing; refuses a non-empty directory that holds no store.
+fn prepare_dir(dir: &Path) -> Result<()> {
+    if !dir.exists() {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| Error::io(format!("creating {}", dir.display()), e))?;
+        if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
+            sync_dir(parent)?;
+        }
+        return Ok(());
+    }
+    check_is_store(dir, true)
+}
+
+/// A store holds segment files; an empty directory (or one with only our lock and
+/// temporary files) may become one when opened for writing.
+fn check_is_store(dir: &Path, may_create: bool) -> Result<()> {
+    let entries =
+        std::fs::read_dir(dir).map_err(|e| Error::io(format!("reading {}", dir.display()), e))?;
+    let mut ours_only = true;
+    for entry in entries {
+        let entry = entry.map_err(|e| Error::io(format!("reading {}", dir.display()), e))?;
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        if parse_segment_file_name(&name).is_some() {
+            return Ok(());
+        }
+        ours_only &= name == LOCK_FILE_NAME || name.ends_with(TEMP_SUFFIX);
+    }
+    if may_create && ours_only {
+        return Ok(());
+    }
+    Err(Error::NotAStore {
+        dir: dir.to_path_buf(),
+    })
+}
+
+fn remove_temp_files(dir: &Path) -> Result<()> {
+    let entries =
+        std::fs::read_dir(dir).map_err(|e| Error::io(format!("reading {}", dir.display()), e))?;
+    let mut removed = false;
+    for entry in entries.flatten() {
+        if entry.file_name().to_string_lossy().ends_with(TEMP_SUFFIX) {
+            std::fs::remove_file(entry.path())
+                .map_err(|e| Error::io(format!("removing {}", entry.path().display()), e))?;
+            removed = true;
+        }
+    }
+    if removed {
+        sync_dir(dir)?;
+    }
+    Ok(())
+}
+
+fn scan_read_only(
+    dir: &Path,
+    mode: RecoveryMode,
+    visit: &mut dyn FnMut(RecordRef<'_>) -> Result<()>,
+) -> Result<Scan> {
+    if !dir.is_dir() {
+        return Err(Error::NotAStore {
+            dir: dir.to_path_buf(),
+        });
+    }
+    check_is_store(dir, false)?;
+    let mut attempt = 0;
+    loop {
+        // A concurrent writer's half-written batch followed (in a later read) by its next
+        // batch looks like corruption; real corruption persists across re-reads. Records
+        // are buffered per attempt so the visitor sees each exactly once.
+        let mut records: Vec<(RecordPos, u64, u8, Vec<u8>)> = Vec::new();
+        let result = recovery::scan(dir, mode, &mut |r| {
+            records.push((r.pos(), r.lsn, r.kind, r.payload.to_vec()));
+            Ok(())
+        });
+        attempt += 1;
+        match result {
+            Err(Error::Corruption { .. }) if attempt < READ_ONLY_SCAN_ATTEMPTS => {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Err(e) => return Err(e),
+            Ok(scan) => {
+                for (pos, lsn, kind, payload) in &records {
+                    visit(RecordRef {
+                        segment_id: pos.segment_id,
+                        offset: pos.offset,
+                        lsn: *lsn,
+                        kind: *kind,
+                        payload,
+                    })?;
+                }
+                return Ok(scan);
+            }
+        }
+    }
+}
+
+/// Decides where the writer appends next; repairs a torn tail first.
+fn writer_start(dir: &Path, scan: &Scan, segment_bytes: u64) -> Result<WriterStart> {
+    let prealloc = PREALLOCATE_BYTES.min(segment_bytes) - SEGMENT_HEADER_BYTES as u64;
+    let fresh = |id: u64| -> Result<WriterStart> {
+        let file = create_segment(dir, id, scan.next_lsn, prealloc)?;
+        Ok(WriterStart {
+            dir: dir.to_path_buf(),
+            file,
+            segment_id: id,
+            write_pos: SEGMENT_HEADER_BYTES as u64,
+            file_bytes: SEGMENT_HEADER_BYTES as u64 + prealloc,
+            next_lsn: scan.next_lsn,
+            segment_bytes,
+        })
+    };
+    match scan.segments.last() {
+        None => fresh(1),
+        Some(last) if last.sealed => fresh(last.id + 1),
+        Some(last) => reopen_tail(dir, last, scan.next_lsn, segment_bytes),
+    }
+}
+
+fn reopen_tail(
+    dir: &Path,
+    last: &SegmentState,
+    next_lsn: u64,
+    segment_bytes: u64,
+) -> Result<WriterStart> {
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&last.path)
+        .map_err(|e| Error::io(format!("opening {}", last.path.display()), e))?;
+    if last.dirty_end > last.data_end {
+        // Zero the torn bytes before appending: a stale record left past new data could
+        // otherwise validate later with a reused LSN.
+        let zeros = vec![0u8; (last.dirty_end - last.data_end) as usize];
+        file.write_all_at(&zeros, last.data_end)
+            .and_then(|()| file.sync_data())
+            .map_err(|e| {
+                Error::io(
+                    format!("zeroing the torn tail of {}", last.path.display()),
+                    e,
+                )
+            })?;
+        tracing::warn!(segment = %last.path.display(), offset = last.data_end,
+            bytes = last.dirty_end - last.data_end, "discarded a torn tail");
+    }
+    Ok(WriterStart {
+        dir: dir.to_path_buf(),
+        file,
+        segment_id: last.id,
+        write_pos: last.data_end,
+        // A segment written with a smaller segment_bytes stays valid; one larger than the
+        // current limit is sealed at the next rotation check.
+        file_bytes: last.file_bytes,
+        next_lsn,
+        segment_bytes: segment_bytes.max(last.data_end + SEAL_RECORD_BYTES as u64),
+    })
+}
+
+fn log_recovery(dir: &Path, r: &LogRecovery, started: Instant) {
+    tracing::info!(
+        dir = %dir.display(),
+        segments = r.segments,
+        records = r.records,
+        bytes = r.bytes,
+        torn_bytes = r.torn_bytes,
+        skipped_ranges = r.skipped.len(),
+        elapsed_ms = started.elapsed().as_millis() as u64,
+        "log recovered"
+    );
+}
+
+fn spawn_flusher(inner: Weak<Inner>, interval: Duration) {
+    // Sleeps in short slices so a dropped log lets the thread end promptly.
+    const SLICE: Duration = Duration::from_millis(50);
+    std::thread::Builder::new()
+        .name("agentwal-flusher".into())
+        .spawn(move || {
+            let mut waited = Duration::ZERO;
+            loop {
+                std::thread::sleep(SLICE.min(interval));
+                waited += SLICE.min(interval);
+                let Some(inner) = inner.upgrade() else { return };
+                if waited >= interval {
+                    waited = Duration::ZERO;
+                    if let Some(w) = &inner.writer
+                        && w.flush().is_err()
+                    {
+                        return; // poisoned: appends report it
+                    }
+                }
+            }
+        })
+        .ok();
+}

@@ -1,0 +1,365 @@
+//! Recovery: scans every segment on open, verifies every checksum, delivers complete
+//! batches to a visitor, and decides what is a torn tail and what is corruption.
+//!
+//! The rule (DESIGN.md, "Recovery rules"): an invalid or incomplete batch is a torn tail
+//! only when it sits in the final segment and no later record carries
+//! `FLAG_DURABLE_BEFORE`. That flag marks a batch written after every earlier byte was
+//! durable, so finding one after a bad region proves the bad region was once durable:
+//! that is corruption, never a tear.
+
+use std::path::{Path, PathBuf};
+
+use super::format::*;
+use super::record::{self, DecodeError, RecordHeader};
+use super::segment::{SegmentHeader, list_segments};
+use super::{RecordRef, RecoveryMode};
+use crate::error::{CorruptionReason, Error, Result};
+
+/// What recovery found, for reports and for the writer.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LogRecovery {
+    /// Records delivered (complete batches only; seals excluded).
+    pub records: u64,
+    /// Bytes of valid records scanned.
+    pub bytes: u64,
+    /// Segment files scanned.
+    pub segments: u64,
+    /// Bytes of the torn tail ignored (and, for a writer, zeroed).
+    pub torn_bytes: u64,
+    /// Byte ranges skipped under `RecoveryMode::Salvage`, with the reason.
+    pub skipped: Vec<SkippedRange>,
+}
+
+/// A corrupt range skipped by salvage recovery.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SkippedRange {
+    /// The segment file.
+    pub segment: PathBuf,
+    /// First byte skipped.
+    pub offset: u64,
+    /// Bytes skipped.
+    pub bytes: u64,
+    /// Why the first record there was rejected.
+    pub reason: CorruptionReason,
+}
+
+/// The state of one segment after recovery.
+#[derive(Debug, Clone)]
+pub(crate) struct SegmentState {
+    pub id: u64,
+    pub path: PathBuf,
+    /// Offset just past the last complete batch (where a writer appends next).
+    pub data_end: u64,
+    /// Offset just past the last non-zero byte of the torn tail (0 if none).
+    pub dirty_end: u64,
+    /// Whether the segment ends with a seal record.
+    pub sealed: bool,
+    /// The file's length on disk.
+    pub file_bytes: u64,
+}
+
+/// Everything `open` learns from the scan.
+pub(crate) struct Scan {
+    pub segments: Vec<SegmentState>,
+    pub next_lsn: u64,
+    pub report: LogRecovery,
+}
+
+/// Scans all segments of `dir`, calling `visit` for each record of each complete batch.
+pub(crate) fn scan(
+    dir: &Path,
+    mode: RecoveryMode,
+    visit: &mut dyn FnMut(RecordRef<'_>) -> Result<()>,
+) -> Result<Scan> {
+    let files = list_segments(dir)?;
+    let mut out = Scan {
+        segments: Vec::with_capacity(files.len()),
+        next_lsn: 1,
+        report: LogRecovery::default(),
+    };
+    let mut expected: Option<(u64, u64)> = None; // (segment id, first lsn) the chain demands
+    let mut buf = Vec::new();
+    for (index, (id, path)) in files.iter().enumerate() {
+        let is_last = index + 1 == files.len();
+        read_whole(path, &mut buf)?;
+        let header = SegmentHeader::decode(&buf, path)?;
+        check_chain(path, *id, &header, expected, mode)?;
+        let state = scan_segment(&buf, path, &header, is_last, mode, visit, &mut out.report)?;
+        out.next_lsn = state.1;
+        expected = state.0.sealed.then_some((state.0.id + 1, state.1));
+        out.report.segments += 1;
+        out.segments.push(state.0);
+    }
+    Ok(out)
+}
+
+fn read_whole(path: &Path, buf: &mut Vec<u8>) -> Result<()> {
+    use std::io::Read;
+    buf.clear();
+    std::fs::File::open(path)
+        .and_then(|mut f| f.read_to_end(buf))
+        .map_err(|e| Error::io(format!("reading segment {}", path.display()), e))?;
+    Ok(())
+}
+
+fn check_chain(
+    path: &Path,
+    file_id: u64,
+    header: &SegmentHeader,
+    expected: Option<(u64, u64)>,
+    mode: RecoveryMode,
+) -> Result<()> {
+    let broken = |why: String| Error::Corruption {
+        segment: path.to_path_buf(),
+        offset: 0,
+        reason: CorruptionReason::BrokenChain(why),
+    };
+    if header.id != file_id {
+        return Err(broken(format!("header names segment {}", header.id)));
+    }
+    if mode == RecoveryMode::Salvage {
+        return Ok(());
+    }
+    match expected {
+        Some((id, _)) if id != file_id => Err(broken(format!("segment {id} is missing"))),
+        Some((_, lsn)) if lsn != header.first_lsn => Err(broken(format!(
+            "first LSN {} but the previous segment ends before {lsn}",
+            header.first_lsn
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// Where a segment scan stopped early.
+struct Stop {
+    offset: u64,
+    reason: Option<CorruptionReason>, // None: clean unwritten space
+}
+
+fn scan_segment(
+    buf: &[u8],
+    path: &Path,
+    header: &SegmentHeader,
+    is_last: bool,
+    mode: RecoveryMode,
+    visit: &mut dyn FnMut(RecordRef<'_>) -> Result<()>,
+    report: &mut LogRecovery,
+) -> Result<(SegmentState, u64)> {
+    let mut cursor = Cursor {
+        buf,
+        pos: SEGMENT_HEADER_BYTES,
+        next_lsn: header.first_lsn,
+        committed_end: SEGMENT_HEADER_BYTES,
+        batch: Vec::new(),
+        salvage: mode == RecoveryMode::Salvage,
+    };
+    let mut state = SegmentState {
+        id: header.id,
+        path: path.to_path_buf(),
+        data_end: 0,
+        dirty_end: 0,
+        sealed: false,
+        file_bytes: buf.len() as u64,
+    };
+    loop {
+        let stop = match cursor.run(header.id, visit, report)? {
+            Ok(()) => {
+                state.sealed = true;
+                break;
+            }
+            Err(stop) => stop,
+        };
+        let start = cursor.committed_end;
+        let torn_bytes = (last_nonzero(buf, start) - start) as u64;
+        let later = find_durable_batch(buf, stop.offset as usize + 1, cursor.next_lsn);
+        let problem = match (later, is_last) {
+            // Bytes written after everything before them was durable: the bad region was
+            // durable too, so it is corruption, wherever it is.
+            (Some(later), _) => Some(CorruptionReason::ValidDataAfter {
+                later_offset: later as u64,
+            }),
+            // A segment followed by another was sealed and fsynced: nothing in it is torn.
+            (None, false) => Some(stop.reason.clone().unwrap_or_else(|| {
+                CorruptionReason::BrokenChain("segment ends without its seal record".into())
+            })),
+            (None, true) => None,
+        };
+        match problem {
+            None => {
+                if torn_bytes > 0 && mode == RecoveryMode::Strict {
+                    return Err(corrupt(
+                        path,
+                        start as u64,
+                        CorruptionReason::TornTail { torn_bytes },
+                    ));
+                }
+                report.torn_bytes += torn_bytes;
+                if torn_bytes > 0 {
+                    state.dirty_end = start as u64 + torn_bytes;
+                }
+                break;
+            }
+            Some(reason) if mode == RecoveryMode::Salvage => match later {
+                Some(later) => cursor.skip_to(later, path, reason, report),
+                None => {
+                    if torn_bytes > 0 {
+                        report.skipped.push(SkippedRange {
+                            segment: path.to_path_buf(),
+                            offset: start as u64,
+                            bytes: torn_bytes,
+                            reason,
+                        });
+                    }
+                    break;
+                }
+            },
+            Some(reason) => return Err(corrupt(path, stop.offset, reason)),
+        }
+    }
+    state.data_end = cursor.committed_end as u64;
+    Ok((state, cursor.next_lsn))
+}
+
+fn corrupt(path: &Path, offset: u64, reason: CorruptionReason) -> Error {
+    Error::Corruption {
+        segment: path.to_path_buf(),
+        offset,
+        reason,
+    }
+}
+
+/// Walks the records of one segment, delivering complete batches.
+struct Cursor<'a> {
+    buf: &'a [u8],
+    pos: usize,
+    next_lsn: u64,
+    /// End of the last complete batch.
+    committed_end: usize,
+    /// Records of the batch being read: (offset, header).
+    batch: Vec<(usize, RecordHeader)>,
+    salvage: bool,
+}
+
+impl Cursor<'_> {
+    /// Runs to the seal (`Ok(Ok(()))`) or to the first position that is not a valid
+    /// continuation (`Ok(Err(stop))`).
+    fn run(
+        &mut self,
+        segment_id: u64,
+        visit: &mut dyn FnMut(RecordRef<'_>) -> Result<()>,
+        report: &mut LogRecovery,
+    ) -> Result<Result<(), Stop>> {
+        loop {
+            let at = self.pos;
+            let stop = |reason| {
+                Ok(Err(Stop {
+                    offset: at as u64,
+                    reason,
+                }))
+            };
+            let (h, _) = match record::decode(&self.buf[at..]) {
+                Ok(ok) => ok,
+                Err(DecodeError::Unwritten) if self.batch.is_empty() => return stop(None),
+                Err(DecodeError::Unwritten | DecodeError::Truncated) => {
+                    return stop(Some(CorruptionReason::BadLength { length: 0 }));
+                }
+                Err(DecodeError::Invalid(reason)) => return stop(Some(reason)),
+            };
+            if let Err(reason) = self.check_sequence(&h) {
+                return stop(Some(reason));
+            }
+            if h.kind == KIND_SEAL {
+                // The seal is a batch of its own and does not consume an LSN.
+                self.pos += h.record_bytes() as usize;
+                self.committed_end = self.pos;
+                return Ok(Ok(()));
+            }
+            self.batch.push((at, h));
+            self.pos += h.record_bytes() as usize;
+            self.next_lsn = h.lsn + 1;
+            if h.flags & FLAG_BATCH_END != 0 {
+                self.deliver(segment_id, visit, report)?;
+            }
+        }
+    }
+
+    fn check_sequence(&self, h: &RecordHeader) -> Result<(), CorruptionReason> {
+        let starts = h.flags & FLAG_BATCH_START != 0;
+        if starts != self.batch.is_empty() {
+            return Err(CorruptionReason::BadFlags(h.flags));
+        }
+        if h.kind == KIND_SEAL && h.flags & FLAG_BATCH_END == 0 {
+            return Err(CorruptionReason::BadFlags(h.flags));
+        }
+        let lsn_ok = h.lsn == self.next_lsn || (self.salvage && h.lsn > self.next_lsn);
+        if !lsn_ok {
+            return Err(CorruptionReason::LsnGap {
+                expected: self.next_lsn,
+                found: h.lsn,
+            });
+        }
+        Ok(())
+    }
+
+    fn deliver(
+        &mut self,
+        segment_id: u64,
+        visit: &mut dyn FnMut(RecordRef<'_>) -> Result<()>,
+        report: &mut LogRecovery,
+    ) -> Result<()> {
+        for (offset, h) in self.batch.drain(..) {
+            let start = offset + RECORD_HEADER_BYTES;
+            visit(RecordRef {
+                segment_id,
+                offset: offset as u64,
+                lsn: h.lsn,
+                kind: h.kind,
+                payload: &self.buf[start..start + h.payload_len as usize],
+            })?;
+            report.records += 1;
+            report.bytes += h.record_bytes();
+        }
+        self.committed_end = self.pos;
+        Ok(())
+    }
+
+    /// Salvage: drops the partial batch and resumes at the valid batch at `later`.
+    fn skip_to(
+        &mut self,
+        later: usize,
+        path: &Path,
+        reason: CorruptionReason,
+        report: &mut LogRecovery,
+    ) {
+        report.skipped.push(SkippedRange {
+            segment: path.to_path_buf(),
+            offset: self.committed_end as u64,
+            bytes: (later - self.committed_end) as u64,
+            reason,
+        });
+        self.batch.clear();
+        self.pos = later;
+        self.committed_end = later;
+    }
+}
+
+/// Offset of the first record at or after `from` that validates and starts a batch
+/// written after everything before it was durable, with an LSN not below `min_lsn`.
+fn find_durable_batch(buf: &[u8], from: usize, min_lsn: u64) -> Option<usize> {
+    let last = buf.len().checked_sub(RECORD_HEADER_BYTES)?;
+    (from..=last).find(|&q| {
+        let flags = buf[q + REC_FLAGS_OFFSET];
+        // Cheap filter first: almost every offset fails it.
+        flags & FLAG_DURABLE_BEFORE != 0
+            && buf[q + REC_KIND_OFFSET] != KIND_UNWRITTEN
+            && matches!(record::decode(&buf[q..]), Ok((h, _)) if h.lsn >= min_lsn)
+    })
+}
+
+/// Offset just past the last non-zero byte at or after `from` (`from` if none).
+fn last_nonzero(buf: &[u8], from: usize) -> usize {
+    buf[from..]
+        .iter()
+        .rposition(|&b| b != 0)
+        .map_or(from, |i| from + i + 1)
+}

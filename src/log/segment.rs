@@ -1,0 +1,162 @@
+//! Segment files: naming, headers, creation and preallocation.
+
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+use super::format::*;
+use crate::error::{CorruptionReason, Error, Result};
+
+/// The decoded header of a segment file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SegmentHeader {
+    /// The segment's id (also in its file name).
+    pub id: u64,
+    /// LSN of the first record in the segment.
+    pub first_lsn: u64,
+}
+
+impl SegmentHeader {
+    /// Encodes the header, checksum included.
+    pub fn encode(&self) -> [u8; SEGMENT_HEADER_BYTES] {
+        let mut b = [0u8; SEGMENT_HEADER_BYTES];
+        b[SEG_MAGIC_OFFSET..][..8].copy_from_slice(&SEGMENT_MAGIC);
+        b[SEG_VERSION_OFFSET..][..4].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
+        b[SEG_ID_OFFSET..][..8].copy_from_slice(&self.id.to_le_bytes());
+        b[SEG_FIRST_LSN_OFFSET..][..8].copy_from_slice(&self.first_lsn.to_le_bytes());
+        let crc = mask_crc(crc32fast::hash(&b[..SEG_CRC_OFFSET]));
+        b[SEG_CRC_OFFSET..][..4].copy_from_slice(&crc.to_le_bytes());
+        b
+    }
+
+    /// Decodes and verifies a header read from `path`.
+    pub fn decode(buf: &[u8], path: &Path) -> Result<Self> {
+        let bad = |why: &str| Error::Corruption {
+            segment: path.to_path_buf(),
+            offset: 0,
+            reason: CorruptionReason::BadHeader(why.to_string()),
+        };
+        let Some(b) = buf.get(..SEGMENT_HEADER_BYTES) else {
+            return Err(bad("file shorter than a segment header"));
+        };
+        if b[SEG_MAGIC_OFFSET..][..8] != SEGMENT_MAGIC {
+            return Err(bad("bad magic: not an agentwal segment"));
+        }
+        let le32 = |o: usize| u32::from_le_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]]);
+        let le64 = |o: usize| {
+            let mut a = [0u8; 8];
+            a.copy_from_slice(&b[o..o + 8]);
+            u64::from_le_bytes(a)
+        };
+        let version = le32(SEG_VERSION_OFFSET);
+        let stored = le32(SEG_CRC_OFFSET);
+        let computed = mask_crc(crc32fast::hash(&b[..SEG_CRC_OFFSET]));
+        // A newer writer may lay out the rest differently, so judge the version first.
+        if version > FORMAT_VERSION || (version != FORMAT_VERSION && stored == computed) {
+            return Err(Error::UnsupportedFormat {
+                segment: path.to_path_buf(),
+                found: version,
+                supported: FORMAT_VERSION,
+            });
+        }
+        if stored != computed {
+            return Err(Error::Corruption {
+                segment: path.to_path_buf(),
+                offset: 0,
+                reason: CorruptionReason::ChecksumMismatch { stored, computed },
+            });
+        }
+        if le32(SEG_RESERVED_OFFSET) != 0 || le32(SEG_PAD_OFFSET) != 0 {
+            return Err(bad("reserved bytes are not zero"));
+        }
+        Ok(SegmentHeader {
+            id: le64(SEG_ID_OFFSET),
+            first_lsn: le64(SEG_FIRST_LSN_OFFSET),
+        })
+    }
+}
+
+/// Path of segment `id` in `dir`.
+pub fn segment_path(dir: &Path, id: u64) -> PathBuf {
+    dir.join(segment_file_name(id))
+}
+
+/// Lists the segment files of `dir`, sorted by id (log order).
+pub fn list_segments(dir: &Path) -> Result<Vec<(u64, PathBuf)>> {
+    let mut out = Vec::new();
+    let entries =
+        std::fs::read_dir(dir).map_err(|e| Error::io(format!("listing {}", dir.display()), e))?;
+    for entry in entries {
+        let entry = entry.map_err(|e| Error::io(format!("listing {}", dir.display()), e))?;
+        if let Some(id) = entry.file_name().to_str().and_then(parse_segment_file_name) {
+            out.push((id, entry.path()));
+        }
+    }
+    out.sort_unstable_by_key(|(id, _)| *id);
+    Ok(out)
+}
+
+/// Makes the directory's entries (created, renamed, removed files) durable.
+pub fn sync_dir(dir: &Path) -> Result<()> {
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| Error::io(format!("fsyncing directory {}", dir.display()), e))
+}
+
+/// Creates segment `id` whose first record will have `first_lsn`.
+///
+/// Crash safety: the header is written to a temporary file, fsynced, renamed to its final
+/// name and the directory fsynced, so a segment file under its final name always has a
+/// complete header, and it exists durably before any record in it is acknowledged.
+pub fn create_segment(dir: &Path, id: u64, first_lsn: u64, preallocate_bytes: u64) -> Result<File> {
+    let path = segment_path(dir, id);
+    let tmp = dir.join(format!("{}{TEMP_SUFFIX}", segment_file_name(id)));
+    let ctx = |what: &str| format!("{what} segment {}", path.display());
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(&tmp)
+        .map_err(|e| Error::io(ctx("creating"), e))?;
+    let header = SegmentHeader { id, first_lsn }.encode();
+    file.write_all_at(&header, 0)
+        .map_err(|e| Error::io(ctx("writing header of"), e))?;
+    preallocate(&file, SEGMENT_HEADER_BYTES as u64, preallocate_bytes)
+        .map_err(|e| Error::io(ctx("preallocating"), e))?;
+    file.sync_all().map_err(|e| Error::io(ctx("fsyncing"), e))?;
+    std::fs::rename(&tmp, &path).map_err(|e| Error::io(ctx("renaming"), e))?;
+    sync_dir(dir)?;
+    Ok(file)
+}
+
+/// Reserves `len` zeroed bytes at `offset` so later writes do not change the file size
+/// (fdatasync then need not write metadata). Falls back to writing zeros where the file
+/// system has no fallocate.
+pub fn preallocate(file: &File, offset: u64, len: u64) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    if len == 0 {
+        return Ok(());
+    }
+    let (Ok(off), Ok(l)) = (libc::off_t::try_from(offset), libc::off_t::try_from(len)) else {
+        return Err(std::io::Error::other("preallocation range overflows off_t"));
+    };
+    // SAFETY: fallocate only reads its integer arguments; the descriptor is owned by `file`.
+    let rc = unsafe { libc::fallocate(file.as_raw_fd(), 0, off, l) };
+    if rc == 0 {
+        return Ok(());
+    }
+    let err = std::io::Error::last_os_error();
+    if err.raw_os_error() != Some(libc::EOPNOTSUPP) {
+        return Err(err);
+    }
+    const ZERO_CHUNK_BYTES: usize = 64 << 10;
+    let zeros = vec![0u8; ZERO_CHUNK_BYTES];
+    let mut at = offset;
+    while at < offset + len {
+        let n = (offset + len - at).min(ZERO_CHUNK_BYTES as u64) as usize;
+        file.write_all_at(&zeros[..n], at)?;
+        at += n as u64;
+    }
+    Ok(())
+}

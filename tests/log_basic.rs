@@ -1,0 +1,175 @@
+//! Round trips, reopen, rotation and concurrent appenders on the plain log.
+
+use agentwal::Error;
+use agentwal::log::{Log, LogOptions, RecordPos, SyncMode};
+
+fn small() -> LogOptions {
+    LogOptions {
+        segment_bytes: 4096,
+        ..LogOptions::default()
+    }
+}
+
+fn collect(dir: &std::path::Path, opts: LogOptions) -> (Log, Vec<(u64, u8, Vec<u8>)>) {
+    let mut out = Vec::new();
+    let log = Log::open_with(dir, opts, |r| {
+        out.push((r.lsn, r.kind, r.payload.to_vec()));
+        Ok(())
+    })
+    .expect("open");
+    (log, out)
+}
+
+#[test]
+fn round_trip_and_reopen_after_clean_close() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = Log::open(dir.path(), LogOptions::default()).unwrap();
+    let a = log.append(1, b"first").unwrap();
+    let b = log.append(2, b"second").unwrap();
+    assert_eq!((a.lsn, b.lsn), (1, 2));
+    assert_eq!(log.read(b.pos).unwrap(), b"second");
+    drop(log);
+    let (log, recs) = collect(dir.path(), LogOptions::default());
+    assert_eq!(
+        recs,
+        vec![(1, 1, b"first".to_vec()), (2, 2, b"second".to_vec())]
+    );
+    assert_eq!(log.append(1, b"third").unwrap().lsn, 3);
+    assert_eq!(log.read(a.pos).unwrap(), b"first");
+}
+
+#[test]
+fn rotation_across_many_segments() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = Log::open(dir.path(), small()).unwrap();
+    let mut positions = Vec::new();
+    for i in 0..500u32 {
+        let payload = vec![(i % 251) as u8; 100 + (i as usize % 300)];
+        positions.push((log.append(1, &payload).unwrap().pos, payload));
+    }
+    assert!(log.stats().rotations > 20, "{:?}", log.stats());
+    for (pos, payload) in &positions {
+        assert_eq!(&log.read(*pos).unwrap(), payload);
+    }
+    drop(log);
+    let (log, recs) = collect(dir.path(), small());
+    assert_eq!(recs.len(), 500);
+    for (i, (lsn, _, payload)) in recs.iter().enumerate() {
+        assert_eq!(*lsn, i as u64 + 1);
+        assert_eq!(payload, &positions[i].1);
+    }
+    // Sealed segments are read through mmap.
+    assert_eq!(log.read(positions[0].0).unwrap(), positions[0].1);
+}
+
+#[test]
+fn concurrent_appenders_all_recovered_in_lsn_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = Log::open(dir.path(), small()).unwrap();
+    std::thread::scope(|s| {
+        for t in 0..8u8 {
+            let log = log.clone();
+            s.spawn(move || {
+                for i in 0..200u32 {
+                    let mut p = vec![t];
+                    p.extend_from_slice(&i.to_le_bytes());
+                    log.append(1, &p).unwrap();
+                }
+            });
+        }
+    });
+    let stats = log.stats();
+    assert_eq!(stats.appends, 1600);
+    drop(log);
+    let (_log, recs) = collect(dir.path(), small());
+    assert_eq!(recs.len(), 1600);
+    let mut next = [0u32; 8];
+    for (i, (lsn, _, p)) in recs.iter().enumerate() {
+        assert_eq!(*lsn, i as u64 + 1);
+        let t = p[0] as usize;
+        let n = u32::from_le_bytes(p[1..5].try_into().unwrap());
+        assert_eq!(n, next[t], "thread {t}'s records out of order");
+        next[t] += 1;
+    }
+}
+
+#[test]
+fn second_writer_is_locked_and_read_only_sees_acknowledged() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = Log::open(dir.path(), LogOptions::default()).unwrap();
+    for i in 0..10u8 {
+        log.append(1, &[i]).unwrap();
+    }
+    match Log::open(dir.path(), LogOptions::default()) {
+        Err(Error::Locked { dir: d }) => assert_eq!(d, dir.path()),
+        other => panic!("expected Locked, got {:?}", other.map(|_| ())),
+    }
+    let mut seen = 0;
+    let ro = Log::open_read_only(dir.path(), LogOptions::default(), |_| {
+        seen += 1;
+        Ok(())
+    })
+    .unwrap();
+    assert_eq!(seen, 10);
+    assert!(matches!(ro.append(1, b"x"), Err(Error::ReadOnly)));
+}
+
+#[test]
+fn periodic_and_never_modes_recover_after_flush() {
+    for sync in [
+        SyncMode::Never,
+        SyncMode::Periodic(std::time::Duration::from_millis(5)),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let opts = LogOptions { sync, ..small() };
+        let log = Log::open(dir.path(), opts).unwrap();
+        for i in 0..100u8 {
+            log.append(1, &[i; 50]).unwrap();
+        }
+        log.flush().unwrap();
+        drop(log);
+        let (_l, recs) = collect(dir.path(), opts);
+        assert_eq!(recs.len(), 100);
+    }
+}
+
+#[test]
+fn bad_input_is_an_error_not_a_panic() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = Log::open(dir.path(), small()).unwrap();
+    assert!(matches!(
+        log.append(0, b"x"),
+        Err(Error::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        log.append(0xFF, b"x"),
+        Err(Error::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        log.append(1, &vec![0u8; 5000]),
+        Err(Error::RecordTooLarge { .. })
+    ));
+    assert!(
+        log.read(RecordPos {
+            segment_id: 1,
+            offset: 3000
+        })
+        .is_err()
+    );
+    let other = tempfile::tempdir().unwrap();
+    std::fs::write(other.path().join("notes.txt"), b"hi").unwrap();
+    assert!(matches!(
+        Log::open(other.path(), small()),
+        Err(Error::NotAStore { .. })
+    ));
+    assert!(matches!(
+        Log::open(
+            dir.path(),
+            LogOptions {
+                segment_bytes: 10,
+                ..small()
+            }
+        ),
+        Err(Error::InvalidArgument(_))
+    ));
+}
