@@ -195,6 +195,9 @@ pub enum CorruptionReason {
         /// Where the later valid batch starts.
         later_offset: u64,
     },
+    /// A record checks out but contradicts the records before it (e.g. a seq gap).
+    #[error("record contradicts the log before it: {0}")]
+    Inconsistent(String),
     /// Strict recovery found a torn tail.
     #[error("torn tail of {torn_bytes} bytes (strict recovery refuses to discard it)")]
     TornTail {

@@ -1,7 +1,23 @@
 //! agentwal: an embedded, append-only write-ahead-log storage engine for AI-agent state.
+//!
+//! An agent commits what each step changed (a delta); the commit is durable when
+//! [`Store::commit`] returns. After a crash, [`Store::open`] replays the log and
+//! [`Store::load_latest`] hands back the last durable checkpoint. See README.md for a tour
+//! and DESIGN.md for the on-disk format and the recovery rules.
 #![deny(missing_docs)]
 
 pub mod error;
 pub mod log;
+mod state;
+mod store;
+mod value;
 
 pub use error::{CorruptionReason, Error, Result};
+pub use log::{RecoveryMode, SyncMode};
+pub use state::{AgentDelta, AgentState, Message, Role, State, ToolCall};
+pub use store::{
+    CALL_ID_BYTES_MAX, Checkpoint, CheckpointInfo, CompactionReport, LostCheckpoints, Options,
+    PendingCall, RecoveryReport, SNAPSHOT_DELTA_BYTES_FLOOR, SNAPSHOT_EVERY_DEFAULT, Stats, Store,
+    TASK_ID_BYTES_MAX, TOOL_NAME_BYTES_MAX,
+};
+pub use value::{NotJson, Value};

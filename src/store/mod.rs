@@ -1,0 +1,590 @@
+//! The typed store: agent state as checkpoints on the log.
+
+mod calls;
+mod codec;
+mod index;
+mod replay;
+mod types;
+
+use std::marker::PhantomData;
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+pub use types::*;
+
+use self::codec::{Body, CheckpointRec, DeleteRec, Origin};
+use self::index::{CpEntry, Index, TaskData, TaskSlot};
+use crate::error::{CorruptionReason, Error, Result};
+use crate::log::format::RECORD_HEADER_BYTES;
+use crate::log::segment::segment_path;
+use crate::log::{Log, RecordPos, RecordRef, RecoveryMode};
+use crate::state::{AgentState, State};
+
+/// A store of agent tasks and their checkpoints. Cheap to clone; share it across threads.
+///
+/// ```
+/// use agentwal::{AgentDelta, Message, Store};
+/// # let dir = tempfile::tempdir().unwrap();
+/// let store: Store = Store::open(dir.path())?;
+/// let seq = store.commit("task-1", &AgentDelta::default().message(Message::user("hi")))?;
+/// assert_eq!(seq, 1);
+/// let latest = store.load_latest("task-1")?.expect("committed");
+/// assert_eq!(latest.state.messages[0].content, "hi");
+/// # Ok::<(), agentwal::Error>(())
+/// ```
+pub struct Store<S: State = AgentState> {
+    inner: Arc<Inner>,
+    _state: PhantomData<fn() -> S>,
+}
+
+impl<S: State> Clone for Store<S> {
+    fn clone(&self) -> Self {
+        Store {
+            inner: self.inner.clone(),
+            _state: PhantomData,
+        }
+    }
+}
+
+struct Inner {
+    log: Log,
+    index: Index,
+    options: Options,
+    report: RecoveryReport,
+    commits: AtomicU64,
+}
+
+impl<S: State> Store<S> {
+    /// Opens the store in `dir` with default options, creating it if needed, and recovers
+    /// every durable commit.
+    pub fn open(dir: impl AsRef<Path>) -> Result<Self> {
+        Self::open_with(dir, Options::default())
+    }
+
+    /// Opens (or creates) the store in `dir` with `options`.
+    pub fn open_with(dir: impl AsRef<Path>, options: Options) -> Result<Self> {
+        validate_options(&options)?;
+        let dir = dir.as_ref();
+        Self::recover(dir, options, |visit| {
+            Log::open_with(dir, options.log_options(), visit)
+        })
+    }
+
+    /// Opens the store read-only: it takes no lock and writes nothing, so it works while
+    /// a writer (another process, say) runs; it sees what was durable when it opened.
+    /// Writes return [`Error::ReadOnly`].
+    pub fn open_read_only(dir: impl AsRef<Path>) -> Result<Self> {
+        let options = Options::default();
+        let dir = dir.as_ref();
+        Self::recover(dir, options, |visit| {
+            Log::open_read_only(dir, options.log_options(), visit)
+        })
+    }
+
+    fn recover(
+        dir: &Path,
+        options: Options,
+        open: impl FnOnce(&mut dyn FnMut(RecordRef<'_>) -> Result<()>) -> Result<Log>,
+    ) -> Result<Self> {
+        let started = Instant::now();
+        let index = Index::default();
+        let mut lost: Vec<LostCheckpoints> = Vec::new();
+        let salvage = options.recovery == RecoveryMode::Salvage;
+        let log = open(&mut |rec| {
+            let outcome = codec::decode(dir, &rec).and_then(|d| {
+                let bytes = record_bytes(&rec);
+                replay::apply(&index, &d, rec.pos(), bytes).map_err(|why| {
+                    if salvage && let codec::Decoded::Checkpoint(c) = &d {
+                        note_lost(&mut lost, c.task, c.seq);
+                    }
+                    Error::Corruption {
+                        segment: segment_path(dir, rec.segment_id),
+                        offset: rec.offset,
+                        reason: CorruptionReason::Inconsistent(why),
+                    }
+                })
+            });
+            match outcome {
+                Err(_) if salvage => Ok(()),
+                other => other,
+            }
+        })?;
+        let r = log.recovery();
+        let report = RecoveryReport {
+            records: r.records,
+            bytes: r.bytes,
+            segments: r.segments,
+            torn_bytes: r.torn_bytes,
+            skipped: r.skipped.clone(),
+            lost,
+            tasks: index.task_ids().len() as u64,
+            elapsed_ms: started.elapsed().as_millis() as u64,
+        };
+        tracing::info!(
+            tasks = report.tasks,
+            records = report.records,
+            torn_bytes = report.torn_bytes,
+            elapsed_ms = report.elapsed_ms,
+            "store opened"
+        );
+        Ok(Store {
+            inner: Arc::new(Inner {
+                log,
+                index,
+                options,
+                report,
+                commits: AtomicU64::new(0),
+            }),
+            _state: PhantomData,
+        })
+    }
+
+    /// Commits `delta` as the task's next checkpoint and returns its seq (1, 2, 3, ...).
+    /// With `SyncMode::Always` the checkpoint is durable when this returns. Commits to one
+    /// task are serialized; commits to different tasks share fsyncs.
+    pub fn commit(&self, task: &str, delta: &S::Delta) -> Result<u64> {
+        self.commit_inner(task, None, delta)
+    }
+
+    /// Like [`commit`](Self::commit), but only if the task's latest seq is `expected_seq`
+    /// (0: the task must not exist); otherwise [`Error::Conflict`].
+    pub fn commit_if(&self, task: &str, expected_seq: u64, delta: &S::Delta) -> Result<u64> {
+        self.commit_inner(task, Some(expected_seq), delta)
+    }
+
+    fn commit_inner(&self, task: &str, expected: Option<u64>, delta: &S::Delta) -> Result<u64> {
+        self.writable()?;
+        validate_id("task id", task, TASK_ID_BYTES_MAX)?;
+        let delta_bytes = codec::encode(delta)?;
+        self.with_task_lock(task, |slot| {
+            self.commit_locked(task, slot, expected, delta, &delta_bytes)
+        })
+    }
+
+    fn commit_locked(
+        &self,
+        task: &str,
+        slot: &TaskSlot,
+        expected: Option<u64>,
+        delta: &S::Delta,
+        delta_bytes: &[u8],
+    ) -> Result<u64> {
+        let (latest, snapshot_due) = {
+            let data = slot.data.read();
+            (
+                data.latest_seq(),
+                self.snapshot_due(&data, delta_bytes.len()),
+            )
+        };
+        if let Some(expected) = expected
+            && expected != latest
+        {
+            return Err(Error::Conflict {
+                task: task.to_string(),
+                expected,
+                actual: latest,
+            });
+        }
+        let seq = latest + 1;
+        let snapshot = if snapshot_due {
+            self.snapshot_after(task, slot, latest, delta)?
+        } else {
+            None
+        };
+        let (body_kind, body) = match &snapshot {
+            Some(bytes) => (Body::Snapshot, bytes.as_slice()),
+            None => (Body::Delta, delta_bytes),
+        };
+        let rec = CheckpointRec {
+            task,
+            seq,
+            created_at_ms: now_ms(),
+            schema_version: S::VERSION,
+            body_kind,
+            origin: None,
+            body,
+        };
+        self.append_live(codec::KIND_CHECKPOINT, codec::Decoded::Checkpoint(rec))?;
+        self.inner.commits.fetch_add(1, Ordering::Relaxed);
+        Ok(seq)
+    }
+
+    /// Encodes the state after `delta` as a snapshot, unless it cannot fit in a record.
+    fn snapshot_after(
+        &self,
+        task: &str,
+        slot: &TaskSlot,
+        latest: u64,
+        delta: &S::Delta,
+    ) -> Result<Option<Vec<u8>>> {
+        let mut state = if latest == 0 {
+            S::default()
+        } else {
+            let plan = slot.data.read().fold_plan(latest);
+            match plan {
+                Some(plan) => self.fold(&plan)?,
+                None => return Ok(None),
+            }
+        };
+        state.apply(delta);
+        let bytes = codec::encode(&state)?;
+        // A snapshot too big for a segment is skipped: the delta alone still commits.
+        let overhead = 2 * crate::log::format::RECORD_HEADER_BYTES as u64 + task.len() as u64 + 64;
+        Ok((bytes.len() as u64 + overhead <= self.inner.log.payload_bytes_max()).then_some(bytes))
+    }
+
+    /// The snapshot policy: at most `snapshot_every` deltas since the last snapshot, and
+    /// sooner once those deltas outweigh the snapshot (bytes written stay within about
+    /// twice the deltas; a load reads at most about twice the state).
+    fn snapshot_due(&self, data: &TaskData, next_delta_bytes: usize) -> bool {
+        let count_due = data.deltas_since_snapshot + 1 >= self.inner.options.snapshot_every;
+        let delta_bytes = data.delta_bytes_since_snapshot + next_delta_bytes as u64;
+        let size_due = delta_bytes > data.snapshot_bytes.max(SNAPSHOT_DELTA_BYTES_FLOOR);
+        count_due || size_due
+    }
+
+    /// Appends a record and applies it to the index, as replay would.
+    fn append_live(&self, kind: u8, rec: codec::Decoded<'_>) -> Result<()> {
+        let payload = match &rec {
+            codec::Decoded::CallBegin(b) => codec::encode(b)?,
+            codec::Decoded::CallFinish(f) => codec::encode(f)?,
+            codec::Decoded::Checkpoint(c) => codec::encode(c)?,
+            codec::Decoded::Delete(d) => codec::encode(d)?,
+        };
+        let appended = self.inner.log.append(kind, &payload)?;
+        let bytes = (RECORD_HEADER_BYTES + payload.len()) as u32;
+        self.apply_live(&rec, appended.pos, bytes)
+    }
+
+    /// Applies a record this handle just made durable to the index.
+    fn apply_live(&self, rec: &codec::Decoded<'_>, pos: RecordPos, bytes: u32) -> Result<()> {
+        replay::apply(&self.inner.index, rec, pos, bytes).map_err(|why| Error::Corruption {
+            segment: segment_path(self.inner.log.dir(), pos.segment_id),
+            offset: pos.offset,
+            reason: CorruptionReason::Inconsistent(why),
+        })
+    }
+
+    /// The task's newest checkpoint, or `None` if the task has none.
+    pub fn load_latest(&self, task: &str) -> Result<Option<Checkpoint<S>>> {
+        validate_id("task id", task, TASK_ID_BYTES_MAX)?;
+        let Some(slot) = self.inner.index.get(task) else {
+            return Ok(None);
+        };
+        let latest = slot.data.read().latest_seq();
+        if latest == 0 {
+            return Ok(None);
+        }
+        self.load_from(task, &slot, latest)
+    }
+
+    /// The task's state exactly as of checkpoint `seq`. `None` if the task does not exist
+    /// or retention dropped that checkpoint; seq 0 or beyond the latest is an error.
+    pub fn load(&self, task: &str, seq: u64) -> Result<Option<Checkpoint<S>>> {
+        validate_id("task id", task, TASK_ID_BYTES_MAX)?;
+        let Some(slot) = self.inner.index.get(task) else {
+            return Ok(None);
+        };
+        let latest = slot.data.read().latest_seq();
+        if seq == 0 || seq > latest {
+            return Err(Error::UnknownSeq {
+                task: task.to_string(),
+                seq,
+                latest,
+            });
+        }
+        self.load_from(task, &slot, seq)
+    }
+
+    /// The newest retained checkpoint whose state passes `accept` (falls back past
+    /// unhealthy ones); `None` if none does.
+    pub fn load_latest_matching(
+        &self,
+        task: &str,
+        accept: impl Fn(&S) -> bool,
+    ) -> Result<Option<Checkpoint<S>>> {
+        for info in self.list_checkpoints(task)?.iter().rev() {
+            if let Some(cp) = self.load(task, info.seq)?
+                && accept(&cp.state)
+            {
+                return Ok(Some(cp));
+            }
+        }
+        Ok(None)
+    }
+
+    fn load_from(&self, task: &str, slot: &TaskSlot, seq: u64) -> Result<Option<Checkpoint<S>>> {
+        let (plan, created_at_ms) = {
+            let data = slot.data.read();
+            let Some(entry) = data.checkpoint(seq) else {
+                return Ok(None);
+            };
+            (data.fold_plan(seq), entry.created_at_ms)
+        };
+        let Some(plan) = plan else { return Ok(None) };
+        Ok(Some(Checkpoint {
+            task: task.to_string(),
+            seq,
+            created_at_ms,
+            state: self.fold(&plan)?,
+        }))
+    }
+
+    /// Rebuilds a state from a fold plan (a snapshot or the first delta, then deltas).
+    fn fold(&self, plan: &[CpEntry]) -> Result<S> {
+        let mut state = S::default();
+        for entry in plan {
+            self.inner.log.read_with(entry.pos, |rec| {
+                let dir = self.inner.log.dir();
+                let codec::Decoded::Checkpoint(c) = codec::decode(dir, &rec)? else {
+                    return Err(codec::decode_error(
+                        dir,
+                        &rec,
+                        "index points at a non-checkpoint record".into(),
+                    ));
+                };
+                let bad = |e: postcard::Error| codec::decode_error(dir, &rec, e.to_string());
+                match (c.body_kind, c.schema_version == S::VERSION) {
+                    (Body::Snapshot, true) => state = postcard::from_bytes(c.body).map_err(bad)?,
+                    (Body::Snapshot, false) => state = S::migrate_state(c.schema_version, c.body)?,
+                    (Body::Delta, true) => state.apply(&postcard::from_bytes(c.body).map_err(bad)?),
+                    (Body::Delta, false) => {
+                        state.apply(&S::migrate_delta(c.schema_version, c.body)?)
+                    }
+                }
+                Ok(())
+            })?;
+        }
+        Ok(state)
+    }
+
+    /// The task's retained checkpoints, oldest first (empty for an unknown task).
+    pub fn list_checkpoints(&self, task: &str) -> Result<Vec<CheckpointInfo>> {
+        validate_id("task id", task, TASK_ID_BYTES_MAX)?;
+        let Some(slot) = self.inner.index.get(task) else {
+            return Ok(Vec::new());
+        };
+        let data = slot.data.read();
+        Ok(data
+            .checkpoints
+            .iter()
+            .enumerate()
+            .map(|(i, c)| {
+                let seq = data.first_seq + i as u64;
+                CheckpointInfo {
+                    seq,
+                    created_at_ms: c.created_at_ms,
+                    bytes: u64::from(c.bytes),
+                    snapshot: c.snapshot,
+                    forked_from: (seq == 1)
+                        .then(|| data.origin.as_ref().map(|(t, s)| (t.to_string(), *s)))
+                        .flatten(),
+                }
+            })
+            .collect())
+    }
+
+    /// Ids of all tasks, sorted.
+    pub fn tasks(&self) -> Result<Vec<String>> {
+        Ok(self.inner.index.task_ids())
+    }
+
+    /// Starts `new_task` from `task`'s state at `seq` (its checkpoint 1 is a snapshot of
+    /// that state, which remembers where it came from). Later commits to either task do
+    /// not affect the other. Returns the new task's seq (1).
+    pub fn fork(&self, task: &str, seq: u64, new_task: &str) -> Result<u64> {
+        self.writable()?;
+        validate_id("task id", new_task, TASK_ID_BYTES_MAX)?;
+        let Some(source) = self.load(task, seq)? else {
+            return Err(if self.inner.index.get(task).is_none() {
+                Error::UnknownTask {
+                    task: task.to_string(),
+                }
+            } else {
+                Error::InvalidArgument(format!(
+                    "checkpoint {seq} of task {task:?} is no longer retained"
+                ))
+            });
+        };
+        let body = codec::encode(&source.state)?;
+        self.with_task_lock(new_task, |slot| {
+            if slot.data.read().latest_seq() != 0 {
+                return Err(Error::TaskExists {
+                    task: new_task.to_string(),
+                });
+            }
+            self.append_live(
+                codec::KIND_CHECKPOINT,
+                codec::Decoded::Checkpoint(CheckpointRec {
+                    task: new_task,
+                    seq: 1,
+                    created_at_ms: now_ms(),
+                    schema_version: S::VERSION,
+                    body_kind: Body::Snapshot,
+                    origin: Some(Origin { task, seq }),
+                    body: &body,
+                }),
+            )?;
+            Ok(1)
+        })
+    }
+
+    /// Deletes a task durably: its checkpoints and tool calls are gone when this returns;
+    /// compaction reclaims their space.
+    pub fn delete_task(&self, task: &str) -> Result<()> {
+        self.writable()?;
+        validate_id("task id", task, TASK_ID_BYTES_MAX)?;
+        let Some(slot) = self.inner.index.get(task) else {
+            return Err(Error::UnknownTask {
+                task: task.to_string(),
+            });
+        };
+        let _commit = slot.commit.lock();
+        if slot.data.read().deleted {
+            return Err(Error::UnknownTask {
+                task: task.to_string(),
+            });
+        }
+        let rec = DeleteRec {
+            task,
+            created_at_ms: now_ms(),
+        };
+        self.append_live(codec::KIND_DELETE, codec::Decoded::Delete(rec))
+    }
+
+    /// Makes everything committed so far durable (needed only with `SyncMode::Periodic`
+    /// or `Never`).
+    pub fn flush(&self) -> Result<()> {
+        self.writable()?;
+        self.inner.log.flush()
+    }
+
+    /// What `open` found: records replayed, torn bytes discarded, corruption skipped.
+    pub fn recovery_report(&self) -> RecoveryReport {
+        self.inner.report.clone()
+    }
+
+    /// The options this handle was opened with.
+    pub fn options(&self) -> &Options {
+        &self.inner.options
+    }
+
+    /// The store's directory.
+    pub fn dir(&self) -> &Path {
+        self.inner.log.dir()
+    }
+
+    /// Counters and sizes (see [`Stats`]).
+    pub fn stats(&self) -> Stats {
+        let log = self.inner.log.stats();
+        let (mut live_bytes, mut tasks, mut checkpoints) = (0, 0, 0);
+        self.inner.index.for_each(|_, d| {
+            live_bytes += d.live_bytes();
+            tasks += u64::from(!d.checkpoints.is_empty() || !d.calls.is_empty());
+            checkpoints += d.checkpoints.len() as u64;
+        });
+        let (segments, disk_bytes) = disk_usage(self.dir());
+        let log_bytes = self.inner.report.bytes + log.bytes_written;
+        Stats {
+            commits: self.inner.commits.load(Ordering::Relaxed),
+            appends: log.appends,
+            fsyncs: log.fsyncs,
+            batches: log.batches,
+            mean_batch_records: if log.batches == 0 {
+                0.0
+            } else {
+                log.appends as f64 / log.batches as f64
+            },
+            bytes_written: log.bytes_written,
+            live_bytes,
+            dead_bytes: log_bytes.saturating_sub(live_bytes),
+            segments,
+            disk_bytes,
+            tasks,
+            checkpoints,
+            compactions: 0,
+        }
+    }
+
+    fn writable(&self) -> Result<()> {
+        if self.inner.log.is_read_only() {
+            Err(Error::ReadOnly)
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Runs `f` holding the task's commit lock (creating the task's slot if needed), so
+    /// the check-then-append of one task's writes cannot interleave. Retries if the slot
+    /// was deleted while waiting.
+    fn with_task_lock<T>(&self, task: &str, f: impl FnOnce(&TaskSlot) -> Result<T>) -> Result<T> {
+        loop {
+            let slot = self.inner.index.get_or_create(task);
+            let _commit = slot.commit.lock();
+            if !slot.data.read().deleted {
+                return f(&slot);
+            }
+        }
+    }
+}
+
+fn record_bytes(rec: &RecordRef<'_>) -> u32 {
+    (RECORD_HEADER_BYTES + rec.payload.len()) as u32
+}
+
+fn note_lost(lost: &mut Vec<LostCheckpoints>, task: &str, seq: u64) {
+    match lost.iter_mut().find(|l| l.task == task) {
+        Some(l) => l.seqs.push(seq),
+        None => lost.push(LostCheckpoints {
+            task: task.to_string(),
+            seqs: vec![seq],
+        }),
+    }
+}
+
+fn disk_usage(dir: &Path) -> (u64, u64) {
+    let Ok(segments) = crate::log::segment::list_segments(dir) else {
+        return (0, 0);
+    };
+    let bytes = segments
+        .iter()
+        .filter_map(|(_, p)| std::fs::metadata(p).ok())
+        .map(|m| m.len())
+        .sum();
+    (segments.len() as u64, bytes)
+}
+
+pub(crate) fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+pub(crate) fn validate_id(what: &str, id: &str, max_bytes: usize) -> Result<()> {
+    if id.is_empty() {
+        return Err(Error::InvalidArgument(format!("{what} is empty")));
+    }
+    if id.len() > max_bytes {
+        return Err(Error::InvalidArgument(format!(
+            "{what} is {} bytes; the limit is {max_bytes}",
+            id.len()
+        )));
+    }
+    Ok(())
+}
+
+fn validate_options(options: &Options) -> Result<()> {
+    if options.snapshot_every == 0 {
+        return Err(Error::InvalidArgument(
+            "snapshot_every must be at least 1".into(),
+        ));
+    }
+    if options.keep_checkpoints == Some(0) {
+        return Err(Error::InvalidArgument(
+            "keep_checkpoints must be at least 1 (the latest checkpoint is always kept)".into(),
+        ));
+    }
+    Ok(())
+}

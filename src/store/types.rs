@@ -1,0 +1,180 @@
+//! Plain data types of the store's API: options, checkpoints, reports and stats.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::log::{LogOptions, RecoveryMode, SkippedRange, SyncMode, format::SEGMENT_BYTES_DEFAULT};
+
+/// Longest task id accepted, in bytes.
+pub const TASK_ID_BYTES_MAX: usize = 512;
+/// Longest tool-call id accepted, in bytes.
+pub const CALL_ID_BYTES_MAX: usize = 512;
+/// Longest tool name accepted, in bytes.
+pub const TOOL_NAME_BYTES_MAX: usize = 512;
+/// Default number of deltas between a task's full snapshots.
+pub const SNAPSHOT_EVERY_DEFAULT: u32 = 32;
+/// Deltas since the last snapshot may total this many bytes before the size rule
+/// ("deltas outweigh the snapshot") forces a snapshot; keeps tiny states from
+/// snapshotting on every commit.
+pub const SNAPSHOT_DELTA_BYTES_FLOOR: u64 = 4096;
+
+/// How a [`Store`](crate::Store) is opened. Every field is public; start from `default()`.
+///
+/// ```
+/// use agentwal::{Options, SyncMode};
+/// let options = Options { segment_bytes: 1 << 20, ..Options::default() };
+/// assert_eq!(options.sync, SyncMode::Always);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Options {
+    /// When a commit counts as done (default: durable on return).
+    pub sync: SyncMode,
+    /// Segment files rotate at this size (default 64 MiB).
+    pub segment_bytes: u64,
+    /// At most this many deltas between a task's full snapshots (default 32; ≥ 1).
+    pub snapshot_every: u32,
+    /// Retention: keep the last N checkpoints per task (None: all).
+    pub keep_checkpoints: Option<u32>,
+    /// Retention by age.
+    pub max_age: Option<Duration>,
+    /// What recovery tolerates.
+    pub recovery: RecoveryMode,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            sync: SyncMode::Always,
+            segment_bytes: SEGMENT_BYTES_DEFAULT,
+            snapshot_every: SNAPSHOT_EVERY_DEFAULT,
+            keep_checkpoints: None,
+            max_age: None,
+            recovery: RecoveryMode::TolerateTornTail,
+        }
+    }
+}
+
+impl Options {
+    pub(crate) fn log_options(&self) -> LogOptions {
+        LogOptions {
+            sync: self.sync,
+            segment_bytes: self.segment_bytes,
+            recovery: self.recovery,
+        }
+    }
+}
+
+/// A task's state as of one checkpoint.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Checkpoint<S> {
+    /// The task id.
+    pub task: String,
+    /// The checkpoint's seq (1, 2, 3, ... per task).
+    pub seq: u64,
+    /// When it was committed (ms since the Unix epoch).
+    pub created_at_ms: u64,
+    /// The state exactly as of this checkpoint.
+    pub state: S,
+}
+
+/// Metadata of one retained checkpoint.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CheckpointInfo {
+    /// The seq.
+    pub seq: u64,
+    /// When it was committed (ms since the Unix epoch).
+    pub created_at_ms: u64,
+    /// Bytes of its record on disk.
+    pub bytes: u64,
+    /// Whether the record holds the full state (a snapshot) rather than a delta.
+    pub snapshot: bool,
+    /// For the first checkpoint of a fork: the task and seq it was forked from.
+    pub forked_from: Option<(String, u64)>,
+}
+
+/// A tool call that began and never finished: its side effects are uncertain.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PendingCall {
+    /// The call id.
+    pub call_id: String,
+    /// The tool's name.
+    pub tool: String,
+    /// The arguments recorded by `begin_call`.
+    pub args: Vec<u8>,
+}
+
+/// Checkpoints of a task that recovery could not restore (salvage mode).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LostCheckpoints {
+    /// The task.
+    pub task: String,
+    /// Seqs whose records were corrupt or no longer chain.
+    pub seqs: Vec<u64>,
+}
+
+/// What `open` found.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RecoveryReport {
+    /// Records replayed.
+    pub records: u64,
+    /// Bytes of valid records scanned.
+    pub bytes: u64,
+    /// Segment files scanned.
+    pub segments: u64,
+    /// Bytes of a torn tail discarded (a crash cut the last batch).
+    pub torn_bytes: u64,
+    /// Corrupt ranges skipped (salvage mode only).
+    pub skipped: Vec<SkippedRange>,
+    /// Checkpoints lost to skipped corruption (salvage mode only).
+    pub lost: Vec<LostCheckpoints>,
+    /// Tasks in the store after recovery.
+    pub tasks: u64,
+    /// Wall time of the recovery, in milliseconds.
+    pub elapsed_ms: u64,
+}
+
+/// Counters a service would export. Counts are since this handle opened; sizes are now.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Stats {
+    /// Checkpoints committed through this handle.
+    pub commits: u64,
+    /// Log records appended (checkpoints, tool calls, deletions).
+    pub appends: u64,
+    /// fdatasync calls.
+    pub fsyncs: u64,
+    /// Group-commit batches written.
+    pub batches: u64,
+    /// Mean records per batch (how many commits shared one fsync).
+    pub mean_batch_records: f64,
+    /// Bytes appended to the log.
+    pub bytes_written: u64,
+    /// Bytes of records still needed (retained checkpoints and their bases, tool calls).
+    pub live_bytes: u64,
+    /// Bytes of records in the log that are no longer needed.
+    pub dead_bytes: u64,
+    /// Segment files.
+    pub segments: u64,
+    /// Bytes of segment files on disk (including preallocated space).
+    pub disk_bytes: u64,
+    /// Tasks.
+    pub tasks: u64,
+    /// Retained checkpoints over all tasks.
+    pub checkpoints: u64,
+    /// Compaction passes run by this handle.
+    pub compactions: u64,
+}
+
+/// What a compaction pass did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CompactionReport {
+    /// Segments deleted.
+    pub segments_deleted: u64,
+    /// Records rewritten forward.
+    pub records_rewritten: u64,
+    /// Bytes reclaimed on disk.
+    pub bytes_reclaimed: u64,
+    /// Wall time in milliseconds.
+    pub elapsed_ms: u64,
+    /// Segment files removed (paths), oldest first.
+    pub removed: Vec<PathBuf>,
+}
