@@ -167,7 +167,10 @@ fn scan_segment(
                 state.sealed = true;
                 break;
             }
-            Err(stop) => stop,
+            Err(stop) => {
+                cursor.drop_partial_batch();
+                stop
+            }
         };
         let start = cursor.committed_end;
         let torn_bytes = (last_nonzero(buf, start) - start) as u64;
@@ -200,7 +203,9 @@ fn scan_segment(
                 break;
             }
             Some(reason) if mode == RecoveryMode::Salvage => match later {
-                Some(later) => cursor.skip_to(later, path, reason, report),
+                // Report why the record there was rejected; a hole of zeros has no
+                // such reason, only the valid data after it.
+                Some(later) => cursor.skip_to(later, path, stop.reason.unwrap_or(reason), report),
                 None => {
                     if torn_bytes > 0 {
                         report.skipped.push(SkippedRange {
@@ -321,6 +326,15 @@ impl Cursor<'_> {
         }
         self.committed_end = self.pos;
         Ok(())
+    }
+
+    /// Forgets the records of an unfinished batch: they are never delivered, so their
+    /// LSNs are free again (the writer reuses them after zeroing the torn bytes).
+    fn drop_partial_batch(&mut self) {
+        if let Some((_, first)) = self.batch.first() {
+            self.next_lsn = first.lsn;
+        }
+        self.batch.clear();
     }
 
     /// Salvage: drops the partial batch and resumes at the valid batch at `later`.
