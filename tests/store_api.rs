@@ -13,7 +13,7 @@ fn step(i: u64) -> AgentDelta {
         ))
         .message(Message::tool(format!("c{i}"), "x".repeat(200)))
         .set("step", i as i64)
-        .set("phase", if i % 2 == 0 { "even" } else { "odd" })
+        .set("phase", if i.is_multiple_of(2) { "even" } else { "odd" })
 }
 
 fn expected(n: u64) -> AgentState {

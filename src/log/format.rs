@@ -9,8 +9,8 @@ pub const FORMAT_VERSION: u32 = 1;
 // Segment header layout: each offset is the previous offset plus its field's size.
 pub(crate) const SEG_MAGIC_OFFSET: usize = 0;
 pub(crate) const SEG_VERSION_OFFSET: usize = SEG_MAGIC_OFFSET + 8;
-pub(crate) const SEG_RESERVED_OFFSET: usize = SEG_VERSION_OFFSET + 4;
-pub(crate) const SEG_ID_OFFSET: usize = SEG_RESERVED_OFFSET + 4;
+pub(crate) const SEG_FLAGS_OFFSET: usize = SEG_VERSION_OFFSET + 4;
+pub(crate) const SEG_ID_OFFSET: usize = SEG_FLAGS_OFFSET + 4;
 pub(crate) const SEG_FIRST_LSN_OFFSET: usize = SEG_ID_OFFSET + 8;
 pub(crate) const SEG_CRC_OFFSET: usize = SEG_FIRST_LSN_OFFSET + 8;
 pub(crate) const SEG_PAD_OFFSET: usize = SEG_CRC_OFFSET + 4;
@@ -28,6 +28,12 @@ pub(crate) const REC_RESERVED_OFFSET: usize = REC_FLAGS_OFFSET + 1;
 pub const RECORD_HEADER_BYTES: usize = REC_RESERVED_OFFSET + 2;
 
 const _: () = assert!(SEGMENT_HEADER_BYTES == 40);
+
+/// Segment flag: written by compaction. It holds the live records of every segment with a
+/// smaller id (their LSNs increase but skip), and supersedes those segments.
+pub const SEGMENT_FLAG_COMPACTED: u32 = 1 << 0;
+/// Every segment flag a writer may set.
+pub const SEGMENT_FLAGS_KNOWN: u32 = SEGMENT_FLAG_COMPACTED;
 const _: () = assert!(RECORD_HEADER_BYTES == 20);
 
 /// Kind 0 is never written: preallocated space reads as zeros, and a zero kind

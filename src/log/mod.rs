@@ -19,6 +19,7 @@
 //! # Ok::<(), agentwal::Error>(())
 //! ```
 
+mod compact;
 pub mod format;
 mod lock;
 pub mod record;
@@ -37,6 +38,7 @@ use std::time::{Duration, Instant};
 use memmap2::Mmap;
 use parking_lot::RwLock;
 
+pub use compact::PreparedCompaction;
 pub use recovery::{LogRecovery, SkippedRange};
 
 use self::format::*;
@@ -192,6 +194,7 @@ impl Log {
         let started = Instant::now();
         let scan = recovery::scan(&dir, options.recovery, &mut visit)?;
         log_recovery(&dir, &scan.report, started);
+        remove_superseded_files(&dir, &scan.superseded)?;
         let start = writer_start(&dir, &scan, options.segment_bytes)?;
         let writer = Writer::new(start, options.sync);
         let log = Log {
@@ -347,6 +350,11 @@ impl Log {
         }
     }
 
+    /// Drops cached maps of segments `<= through_id` (replaced or about to be deleted).
+    fn forget_maps(&self, through_id: u64) {
+        self.inner.maps.write().retain(|id, _| *id > through_id);
+    }
+
     fn map(&self, segment_id: u64, path: &Path) -> Result<Arc<Mmap>> {
         if let Some(m) = self.inner.maps.read().get(&segment_id) {
             return Ok(m.clone());
@@ -480,6 +488,22 @@ fn remove_temp_files(dir: &Path) -> Result<()> {
     Ok(())
 }
 
+/// Finishes a compaction a crash interrupted: the superseded segments go.
+fn remove_superseded_files(dir: &Path, superseded: &[PathBuf]) -> Result<()> {
+    for path in superseded {
+        std::fs::remove_file(path)
+            .map_err(|e| Error::io(format!("removing {}", path.display()), e))?;
+    }
+    if !superseded.is_empty() {
+        sync_dir(dir)?;
+        tracing::info!(
+            segments = superseded.len(),
+            "removed segments superseded by compaction"
+        );
+    }
+    Ok(())
+}
+
 fn scan_read_only(
     dir: &Path,
     mode: RecoveryMode,
@@ -503,7 +527,14 @@ fn scan_read_only(
         });
         attempt += 1;
         match result {
+            // A concurrent compaction can also delete a segment between listing and reading.
             Err(Error::Corruption { .. }) if attempt < READ_ONLY_SCAN_ATTEMPTS => {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Err(Error::Io { source, .. })
+                if source.kind() == std::io::ErrorKind::NotFound
+                    && attempt < READ_ONLY_SCAN_ATTEMPTS =>
+            {
                 std::thread::sleep(Duration::from_millis(20));
             }
             Err(e) => return Err(e),

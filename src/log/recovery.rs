@@ -61,6 +61,8 @@ pub(crate) struct SegmentState {
 /// Everything `open` learns from the scan.
 pub(crate) struct Scan {
     pub segments: Vec<SegmentState>,
+    /// Segments superseded by a compacted segment (left over by a crash); skipped.
+    pub superseded: Vec<PathBuf>,
     pub next_lsn: u64,
     pub report: LogRecovery,
 }
@@ -71,8 +73,11 @@ pub(crate) fn scan(
     mode: RecoveryMode,
     visit: &mut dyn FnMut(RecordRef<'_>) -> Result<()>,
 ) -> Result<Scan> {
-    let files = list_segments(dir)?;
+    let mut files = list_segments(dir)?;
+    let first = newest_compacted(&files);
+    let superseded = files.drain(..first).map(|(_, p)| p).collect();
     let mut out = Scan {
+        superseded,
         segments: Vec::with_capacity(files.len()),
         next_lsn: 1,
         report: LogRecovery::default(),
@@ -91,6 +96,21 @@ pub(crate) fn scan(
         out.segments.push(state.0);
     }
     Ok(out)
+}
+
+/// Index of the newest segment written by compaction (it supersedes all before it), or 0.
+fn newest_compacted(files: &[(u64, PathBuf)]) -> usize {
+    use std::os::unix::fs::FileExt;
+    let compacted = |path: &Path| {
+        let mut buf = [0u8; SEGMENT_HEADER_BYTES];
+        std::fs::File::open(path)
+            .and_then(|f| f.read_exact_at(&mut buf, 0))
+            .ok()
+            .and_then(|()| SegmentHeader::decode(&buf, path).ok())
+            .is_some_and(|h| h.is_compacted())
+    };
+    // A header that does not decode here is judged by the full scan below.
+    files.iter().rposition(|(_, p)| compacted(p)).unwrap_or(0)
 }
 
 fn read_whole(path: &Path, buf: &mut Vec<u8>) -> Result<()> {
@@ -151,7 +171,7 @@ fn scan_segment(
         next_lsn: header.first_lsn,
         committed_end: SEGMENT_HEADER_BYTES,
         batch: Vec::new(),
-        salvage: mode == RecoveryMode::Salvage,
+        lsn_gaps_allowed: mode == RecoveryMode::Salvage || header.is_compacted(),
     };
     let mut state = SegmentState {
         id: header.id,
@@ -242,7 +262,9 @@ struct Cursor<'a> {
     committed_end: usize,
     /// Records of the batch being read: (offset, header).
     batch: Vec<(usize, RecordHeader)>,
-    salvage: bool,
+    /// Salvage skips records, and compaction keeps only live ones: LSNs then increase
+    /// but may skip.
+    lsn_gaps_allowed: bool,
 }
 
 impl Cursor<'_> {
@@ -274,7 +296,18 @@ impl Cursor<'_> {
                 return stop(Some(reason));
             }
             if h.kind == KIND_SEAL {
-                // The seal is a batch of its own and does not consume an LSN.
+                // The seal is a batch of its own and does not consume an LSN; it names the
+                // next segment and hands on the next LSN.
+                let start = at + RECORD_HEADER_BYTES;
+                let next = self.buf.get(start..start + SEAL_PAYLOAD_BYTES);
+                let next_id = next.and_then(|b| b.try_into().ok()).map(u64::from_le_bytes);
+                if next_id != Some(segment_id + 1) {
+                    return stop(Some(CorruptionReason::BrokenChain(format!(
+                        "seal names segment {next_id:?}, not {}",
+                        segment_id + 1
+                    ))));
+                }
+                self.next_lsn = h.lsn;
                 self.pos += h.record_bytes() as usize;
                 self.committed_end = self.pos;
                 return Ok(Ok(()));
@@ -296,7 +329,7 @@ impl Cursor<'_> {
         if h.kind == KIND_SEAL && h.flags & FLAG_BATCH_END == 0 {
             return Err(CorruptionReason::BadFlags(h.flags));
         }
-        let lsn_ok = h.lsn == self.next_lsn || (self.salvage && h.lsn > self.next_lsn);
+        let lsn_ok = h.lsn == self.next_lsn || (self.lsn_gaps_allowed && h.lsn > self.next_lsn);
         if !lsn_ok {
             return Err(CorruptionReason::LsnGap {
                 expected: self.next_lsn,

@@ -12,8 +12,18 @@ use crate::error::{CorruptionReason, Error, Result};
 pub struct SegmentHeader {
     /// The segment's id (also in its file name).
     pub id: u64,
-    /// LSN of the first record in the segment.
+    /// LSN of the first record in the segment (for a compacted segment with no live
+    /// record, the LSN its seal hands on).
     pub first_lsn: u64,
+    /// Segment flags (`SEGMENT_FLAG_*`).
+    pub flags: u32,
+}
+
+impl SegmentHeader {
+    /// Whether compaction wrote this segment (it supersedes all lower ids).
+    pub fn is_compacted(&self) -> bool {
+        self.flags & SEGMENT_FLAG_COMPACTED != 0
+    }
 }
 
 impl SegmentHeader {
@@ -22,6 +32,7 @@ impl SegmentHeader {
         let mut b = [0u8; SEGMENT_HEADER_BYTES];
         b[SEG_MAGIC_OFFSET..][..8].copy_from_slice(&SEGMENT_MAGIC);
         b[SEG_VERSION_OFFSET..][..4].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
+        b[SEG_FLAGS_OFFSET..][..4].copy_from_slice(&self.flags.to_le_bytes());
         b[SEG_ID_OFFSET..][..8].copy_from_slice(&self.id.to_le_bytes());
         b[SEG_FIRST_LSN_OFFSET..][..8].copy_from_slice(&self.first_lsn.to_le_bytes());
         let crc = mask_crc(crc32fast::hash(&b[..SEG_CRC_OFFSET]));
@@ -66,12 +77,13 @@ impl SegmentHeader {
                 reason: CorruptionReason::ChecksumMismatch { stored, computed },
             });
         }
-        if le32(SEG_RESERVED_OFFSET) != 0 || le32(SEG_PAD_OFFSET) != 0 {
-            return Err(bad("reserved bytes are not zero"));
+        if le32(SEG_FLAGS_OFFSET) & !SEGMENT_FLAGS_KNOWN != 0 || le32(SEG_PAD_OFFSET) != 0 {
+            return Err(bad("unknown flags or non-zero reserved bytes"));
         }
         Ok(SegmentHeader {
             id: le64(SEG_ID_OFFSET),
             first_lsn: le64(SEG_FIRST_LSN_OFFSET),
+            flags: le32(SEG_FLAGS_OFFSET),
         })
     }
 }
@@ -119,7 +131,12 @@ pub fn create_segment(dir: &Path, id: u64, first_lsn: u64, preallocate_bytes: u6
         .truncate(true)
         .open(&tmp)
         .map_err(|e| Error::io(ctx("creating"), e))?;
-    let header = SegmentHeader { id, first_lsn }.encode();
+    let header = SegmentHeader {
+        id,
+        first_lsn,
+        flags: 0,
+    }
+    .encode();
     file.write_all_at(&header, 0)
         .map_err(|e| Error::io(ctx("writing header of"), e))?;
     preallocate(&file, SEGMENT_HEADER_BYTES as u64, preallocate_bytes)

@@ -22,9 +22,12 @@ impl<S: State> Store<S> {
         validate_id("call id", call_id, CALL_ID_BYTES_MAX)?;
         validate_id("tool name", tool, TOOL_NAME_BYTES_MAX)?;
         self.with_task_lock(task, |slot| {
-            let existing = slot.data.read().calls.get(call_id).copied();
-            if let Some(call) = existing {
-                return self.check_same_begin(task, call_id, tool, args, call);
+            {
+                let _reading = self.inner.relocation.read();
+                let existing = slot.data.read().calls.get(call_id).copied();
+                if let Some(call) = existing {
+                    return self.check_same_begin(task, call_id, tool, args, call);
+                }
             }
             let rec = CallBeginRec {
                 task,
@@ -76,14 +79,18 @@ impl<S: State> Store<S> {
         };
         drop(slot);
         self.with_task_lock(task, |slot| {
-            let call = slot.data.read().calls.get(call_id).copied();
-            let Some(call) = call else {
-                return Err(Error::InvalidArgument(format!(
-                    "call {call_id:?} of task {task:?} was never begun; call begin_call first"
-                )));
+            let finished = {
+                let _reading = self.inner.relocation.read();
+                let call = slot.data.read().calls.get(call_id).copied();
+                let Some(call) = call else {
+                    return Err(Error::InvalidArgument(format!(
+                        "call {call_id:?} of task {task:?} was never begun; call begin_call first"
+                    )));
+                };
+                call.finish.map(|done| self.read_result(done)).transpose()?
             };
-            if let Some(done) = call.finish {
-                return match self.read_result(done)? == result {
+            if let Some(previous) = finished {
+                return match previous == result {
                     true => Ok(()),
                     false => Err(Error::InvalidArgument(format!(
                         "call {call_id:?} of task {task:?} already finished with a different result"
@@ -107,6 +114,7 @@ impl<S: State> Store<S> {
         let Some(slot) = self.inner.index.get(task) else {
             return Ok(None);
         };
+        let _reading = self.inner.relocation.read();
         let finish = slot.data.read().calls.get(call_id).and_then(|c| c.finish);
         finish.map(|pos| self.read_result(pos)).transpose()
     }
@@ -117,6 +125,7 @@ impl<S: State> Store<S> {
         let Some(slot) = self.inner.index.get(task) else {
             return Ok(Vec::new());
         };
+        let _reading = self.inner.relocation.read();
         let mut begins: Vec<RecordPos> = slot
             .data
             .read()

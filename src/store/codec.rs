@@ -79,6 +79,26 @@ pub(crate) enum Decoded<'a> {
     Delete(DeleteRec<'a>),
 }
 
+impl<'a> Decoded<'a> {
+    /// The task the record belongs to.
+    pub fn task(&self) -> &'a str {
+        match self {
+            Decoded::Checkpoint(r) => r.task,
+            Decoded::CallBegin(r) => r.task,
+            Decoded::CallFinish(r) => r.task,
+            Decoded::Delete(r) => r.task,
+        }
+    }
+}
+
+/// The leading fields of a checkpoint record, decodable even when the body is damaged
+/// (salvage uses it to say which checkpoint a corrupt record held).
+#[derive(Debug, Deserialize)]
+pub(crate) struct CheckpointHead<'a> {
+    pub task: &'a str,
+    pub seq: u64,
+}
+
 /// Decodes a store record read from the log in `dir`.
 pub(crate) fn decode<'a>(dir: &std::path::Path, rec: &RecordRef<'a>) -> Result<Decoded<'a>> {
     let p = rec.payload;

@@ -55,10 +55,12 @@ impl TaskData {
         }
     }
 
-    /// Records checkpoint `seq`; it must follow the latest (a fork starts at seq 1).
+    /// Records checkpoint `seq`; it must follow the latest. A task's first record is seq 1,
+    /// or, after compaction dropped the checkpoints retention no longer needs, a snapshot.
     pub fn push_checkpoint(&mut self, seq: u64, entry: CpEntry) -> Result<(), String> {
         let expected = self.latest_seq() + 1;
-        if seq != expected {
+        let compacted_start = self.checkpoints.is_empty() && entry.snapshot && seq > 0;
+        if seq != expected && !compacted_start {
             return Err(format!(
                 "checkpoint seq {seq} where {expected} was expected"
             ));
@@ -102,6 +104,58 @@ impl TaskData {
         Some(self.checkpoints[start..=end].to_vec())
     }
 
+    /// Oldest seq that retention still serves: the last `keep` checkpoints, those younger
+    /// than `max_age_ms`, and always the latest. 0 for a task without checkpoints.
+    pub fn retained_from(&self, keep: Option<u32>, max_age_ms: Option<u64>, now_ms: u64) -> u64 {
+        let latest = self.latest_seq();
+        if latest == 0 {
+            return 0;
+        }
+        let mut from = self.first_seq;
+        if let Some(keep) = keep {
+            from = from.max(latest.saturating_sub(u64::from(keep).saturating_sub(1)));
+        }
+        if let Some(age) = max_age_ms {
+            // created_at_ms never decreases within a task (commit enforces it).
+            let cutoff = now_ms.saturating_sub(age);
+            let young = self
+                .checkpoints
+                .partition_point(|c| c.created_at_ms < cutoff);
+            from = from.max(self.first_seq + young as u64);
+        }
+        from.min(latest)
+    }
+
+    /// Oldest seq whose record is still needed to rebuild `retained_from` (its fold base).
+    pub fn needed_from(&self, retained_from: u64) -> u64 {
+        let Some(end) = retained_from.checked_sub(self.first_seq) else {
+            return self.first_seq;
+        };
+        if self.checkpoints.is_empty() {
+            return self.first_seq;
+        }
+        let end = (end as usize).min(self.checkpoints.len().saturating_sub(1));
+        let base = self.checkpoints[..=end]
+            .iter()
+            .rposition(|c| c.snapshot)
+            .unwrap_or(0);
+        self.first_seq + base as u64
+    }
+
+    /// Forgets the checkpoints below `seq` (they are no longer needed).
+    pub fn prune_before(&mut self, seq: u64) {
+        let n = (seq.saturating_sub(self.first_seq) as usize).min(self.checkpoints.len());
+        if n > 0 {
+            self.checkpoints.drain(..n);
+            self.first_seq += n as u64;
+        }
+    }
+
+    /// The time of the latest checkpoint (0 if none).
+    pub fn latest_created_at_ms(&self) -> u64 {
+        self.checkpoints.last().map_or(0, |c| c.created_at_ms)
+    }
+
     /// Bytes of live records (checkpoints and calls) this task holds.
     pub fn live_bytes(&self) -> u64 {
         self.checkpoints.iter().map(|c| u64::from(c.bytes)).sum()
@@ -122,9 +176,14 @@ pub(crate) struct Index {
 }
 
 impl Index {
-    /// The task's slot, if it exists.
+    /// The task's slot, if the task exists: it has a checkpoint or a tool call. A slot a
+    /// failed write created (`commit_if` conflicting on a new task) stays empty and is no
+    /// task, as `task_ids` and a reopened store agree.
     pub fn get(&self, task: &str) -> Option<Arc<TaskSlot>> {
-        self.tasks.read().get(task).cloned()
+        let tasks = self.tasks.read();
+        let slot = tasks.get(task)?;
+        let d = slot.data.read();
+        (!d.checkpoints.is_empty() || !d.calls.is_empty()).then(|| slot.clone())
     }
 
     /// The task's slot, created empty if missing.
@@ -155,6 +214,13 @@ impl Index {
             .collect();
         ids.sort_unstable();
         ids
+    }
+
+    /// Calls `f` on every task's data, mutably (used by compaction).
+    pub fn for_each_mut(&self, mut f: impl FnMut(&str, &mut TaskData)) {
+        for (k, s) in self.tasks.read().iter() {
+            f(k, &mut s.data.write());
+        }
     }
 
     /// Calls `f` on every task.

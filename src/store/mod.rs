@@ -2,8 +2,10 @@
 
 mod calls;
 mod codec;
+mod compaction;
 mod index;
 mod replay;
+mod salvage;
 mod types;
 
 use std::marker::PhantomData;
@@ -12,6 +14,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
+pub use compaction::COMPACTION_DEAD_BYTES_MIN;
 pub use types::*;
 
 use self::codec::{Body, CheckpointRec, DeleteRec, Origin};
@@ -35,6 +38,9 @@ use crate::state::{AgentState, State};
 /// # Ok::<(), agentwal::Error>(())
 /// ```
 pub struct Store<S: State = AgentState> {
+    // Declared first so it drops first: the last handle stops and joins the background
+    // compactor before the log (and its directory lock) goes.
+    _compactor: Arc<Option<compaction::Background>>,
     inner: Arc<Inner>,
     _state: PhantomData<fn() -> S>,
 }
@@ -42,6 +48,7 @@ pub struct Store<S: State = AgentState> {
 impl<S: State> Clone for Store<S> {
     fn clone(&self) -> Self {
         Store {
+            _compactor: self._compactor.clone(),
             inner: self.inner.clone(),
             _state: PhantomData,
         }
@@ -54,6 +61,12 @@ struct Inner {
     options: Options,
     report: RecoveryReport,
     commits: AtomicU64,
+    compactions: AtomicU64,
+    /// Held shared while resolving and reading record positions; compaction holds it
+    /// exclusively while it moves records and repoints the index.
+    relocation: parking_lot::RwLock<()>,
+    /// Serializes compaction passes.
+    compactor: parking_lot::Mutex<()>,
 }
 
 impl<S: State> Store<S> {
@@ -90,27 +103,13 @@ impl<S: State> Store<S> {
     ) -> Result<Self> {
         let started = Instant::now();
         let index = Index::default();
-        let mut lost: Vec<LostCheckpoints> = Vec::new();
         let salvage = options.recovery == RecoveryMode::Salvage;
-        let log = open(&mut |rec| {
-            let outcome = codec::decode(dir, &rec).and_then(|d| {
-                let bytes = record_bytes(&rec);
-                replay::apply(&index, &d, rec.pos(), bytes).map_err(|why| {
-                    if salvage && let codec::Decoded::Checkpoint(c) = &d {
-                        note_lost(&mut lost, c.task, c.seq);
-                    }
-                    Error::Corruption {
-                        segment: segment_path(dir, rec.segment_id),
-                        offset: rec.offset,
-                        reason: CorruptionReason::Inconsistent(why),
-                    }
-                })
-            });
-            match outcome {
-                Err(_) if salvage => Ok(()),
-                other => other,
-            }
-        })?;
+        let mut replayer = replay::Replayer::new(dir, &index, salvage);
+        let log = open(&mut |rec| replayer.visit(rec))?;
+        let mut lost = replayer.finish()?;
+        if salvage {
+            salvage::name_skipped_checkpoints(&log, &index, &mut lost);
+        }
         let r = log.recovery();
         let report = RecoveryReport {
             records: r.records,
@@ -129,14 +128,21 @@ impl<S: State> Store<S> {
             elapsed_ms = report.elapsed_ms,
             "store opened"
         );
+        let inner = Arc::new(Inner {
+            log,
+            index,
+            options,
+            report,
+            commits: AtomicU64::new(0),
+            compactions: AtomicU64::new(0),
+            relocation: parking_lot::RwLock::new(()),
+            compactor: parking_lot::Mutex::new(()),
+        });
+        let compactor = (options.auto_compact && !inner.log.is_read_only())
+            .then(|| compaction::Background::spawn(Arc::downgrade(&inner)));
         Ok(Store {
-            inner: Arc::new(Inner {
-                log,
-                index,
-                options,
-                report,
-                commits: AtomicU64::new(0),
-            }),
+            _compactor: Arc::new(compactor),
+            inner,
             _state: PhantomData,
         })
     }
@@ -171,12 +177,10 @@ impl<S: State> Store<S> {
         delta: &S::Delta,
         delta_bytes: &[u8],
     ) -> Result<u64> {
-        let (latest, snapshot_due) = {
+        let (latest, snapshot_due, previous_ms) = {
             let data = slot.data.read();
-            (
-                data.latest_seq(),
-                self.snapshot_due(&data, delta_bytes.len()),
-            )
+            let due = self.snapshot_due(&data, delta_bytes.len());
+            (data.latest_seq(), due, data.latest_created_at_ms())
         };
         if let Some(expected) = expected
             && expected != latest
@@ -200,7 +204,8 @@ impl<S: State> Store<S> {
         let rec = CheckpointRec {
             task,
             seq,
-            created_at_ms: now_ms(),
+            // Never earlier than the previous checkpoint, so max_age retention can bisect.
+            created_at_ms: now_ms().max(previous_ms),
             schema_version: S::VERSION,
             body_kind,
             origin: None,
@@ -219,6 +224,7 @@ impl<S: State> Store<S> {
         latest: u64,
         delta: &S::Delta,
     ) -> Result<Option<Vec<u8>>> {
+        let _reading = self.inner.relocation.read();
         let mut state = if latest == 0 {
             S::default()
         } else {
@@ -253,6 +259,9 @@ impl<S: State> Store<S> {
             codec::Decoded::Checkpoint(c) => codec::encode(c)?,
             codec::Decoded::Delete(d) => codec::encode(d)?,
         };
+        // Held from append to index update: compaction's barrier (an exclusive hold)
+        // then knows every durable record below the active segment is indexed.
+        let _indexing = self.inner.relocation.read();
         let appended = self.inner.log.append(kind, &payload)?;
         let bytes = (RECORD_HEADER_BYTES + payload.len()) as u32;
         self.apply_live(&rec, appended.pos, bytes)
@@ -287,13 +296,19 @@ impl<S: State> Store<S> {
         let Some(slot) = self.inner.index.get(task) else {
             return Ok(None);
         };
-        let latest = slot.data.read().latest_seq();
+        let (latest, retained_from) = {
+            let data = slot.data.read();
+            (data.latest_seq(), self.retained_from(&data))
+        };
         if seq == 0 || seq > latest {
             return Err(Error::UnknownSeq {
                 task: task.to_string(),
                 seq,
                 latest,
             });
+        }
+        if seq < retained_from {
+            return Ok(None);
         }
         self.load_from(task, &slot, seq)
     }
@@ -315,7 +330,15 @@ impl<S: State> Store<S> {
         Ok(None)
     }
 
+    /// Oldest seq retention serves for this task.
+    fn retained_from(&self, data: &TaskData) -> u64 {
+        let o = &self.inner.options;
+        let max_age_ms = o.max_age.map(|d| d.as_millis() as u64);
+        data.retained_from(o.keep_checkpoints, max_age_ms, now_ms())
+    }
+
     fn load_from(&self, task: &str, slot: &TaskSlot, seq: u64) -> Result<Option<Checkpoint<S>>> {
+        let _reading = self.inner.relocation.read();
         let (plan, created_at_ms) = {
             let data = slot.data.read();
             let Some(entry) = data.checkpoint(seq) else {
@@ -367,10 +390,12 @@ impl<S: State> Store<S> {
             return Ok(Vec::new());
         };
         let data = slot.data.read();
+        let retained_from = self.retained_from(&data);
         Ok(data
             .checkpoints
             .iter()
             .enumerate()
+            .filter(|(i, _)| data.first_seq + *i as u64 >= retained_from)
             .map(|(i, c)| {
                 let seq = data.first_seq + i as u64;
                 CheckpointInfo {
@@ -504,7 +529,7 @@ impl<S: State> Store<S> {
             disk_bytes,
             tasks,
             checkpoints,
-            compactions: 0,
+            compactions: self.inner.compactions.load(Ordering::Relaxed),
         }
     }
 
@@ -527,20 +552,6 @@ impl<S: State> Store<S> {
                 return f(&slot);
             }
         }
-    }
-}
-
-fn record_bytes(rec: &RecordRef<'_>) -> u32 {
-    (RECORD_HEADER_BYTES + rec.payload.len()) as u32
-}
-
-fn note_lost(lost: &mut Vec<LostCheckpoints>, task: &str, seq: u64) {
-    match lost.iter_mut().find(|l| l.task == task) {
-        Some(l) => l.seqs.push(seq),
-        None => lost.push(LostCheckpoints {
-            task: task.to_string(),
-            seqs: vec![seq],
-        }),
     }
 }
 

@@ -1,10 +1,109 @@
 //! Applies decoded records to the index. Recovery and the live write paths both go
 //! through [`apply`], so a reopened store holds exactly what the running one held.
 
-use crate::log::RecordPos;
+use std::collections::HashMap;
+use std::path::Path;
 
-use super::codec::Decoded;
+use super::LostCheckpoints;
+use super::codec::{self, Decoded};
 use super::index::{CallEntry, CpEntry, Index};
+use crate::error::{CorruptionReason, Error, Result};
+use crate::log::format::RECORD_HEADER_BYTES;
+use crate::log::segment::segment_path;
+use crate::log::{RecordPos, RecordRef};
+
+/// Rebuilds the index from the log on open.
+///
+/// A record that contradicts its task's earlier records is held against the task, not
+/// failed at once: compaction drops the records of a deleted task, so the tail of a
+/// deleted task's history (in segments not yet compacted) legitimately starts mid-chain.
+/// If the task's deletion follows, all is well; if not, the first contradiction is
+/// reported as corruption (or, under salvage, the task keeps its intact prefix and the
+/// rest is reported lost).
+pub(crate) struct Replayer<'a> {
+    dir: &'a Path,
+    index: &'a Index,
+    salvage: bool,
+    suspects: HashMap<String, Error>,
+    lost: Vec<LostCheckpoints>,
+}
+
+impl<'a> Replayer<'a> {
+    pub fn new(dir: &'a Path, index: &'a Index, salvage: bool) -> Self {
+        Replayer {
+            dir,
+            index,
+            salvage,
+            suspects: HashMap::new(),
+            lost: Vec::new(),
+        }
+    }
+
+    /// Applies one recovered record.
+    pub fn visit(&mut self, rec: RecordRef<'_>) -> Result<()> {
+        let decoded = match codec::decode(self.dir, &rec) {
+            Ok(d) => d,
+            Err(_) if self.salvage => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        let task = decoded.task();
+        if matches!(decoded, Decoded::Delete(_)) {
+            self.suspects.remove(task);
+        } else if self.suspects.contains_key(task) {
+            self.note_lost_record(&decoded);
+            return Ok(());
+        }
+        let bytes = (RECORD_HEADER_BYTES + rec.payload.len()) as u32;
+        if let Err(why) = apply(self.index, &decoded, rec.pos(), bytes) {
+            self.note_lost_record(&decoded);
+            let error = Error::Corruption {
+                segment: segment_path(self.dir, rec.segment_id),
+                offset: rec.offset,
+                reason: CorruptionReason::Inconsistent(why),
+            };
+            self.suspects.insert(task.to_string(), error);
+        }
+        Ok(())
+    }
+
+    /// Ends the replay: an unforgiven contradiction is corruption (except under salvage).
+    pub fn finish(self) -> Result<Vec<LostCheckpoints>> {
+        if !self.salvage
+            && let Some(first) = self.suspects.into_values().min_by_key(error_position)
+        {
+            return Err(first);
+        }
+        Ok(self.lost)
+    }
+
+    fn note_lost_record(&mut self, decoded: &Decoded<'_>) {
+        if self.salvage
+            && let Decoded::Checkpoint(c) = decoded
+        {
+            note_lost(&mut self.lost, c.task, c.seq);
+        }
+    }
+}
+
+fn error_position(e: &Error) -> (std::path::PathBuf, u64) {
+    match e {
+        Error::Corruption {
+            segment, offset, ..
+        } => (segment.clone(), *offset),
+        _ => (std::path::PathBuf::new(), 0),
+    }
+}
+
+/// Adds `seq` to the task's lost checkpoints.
+pub(crate) fn note_lost(lost: &mut Vec<LostCheckpoints>, task: &str, seq: u64) {
+    match lost.iter_mut().find(|l| l.task == task) {
+        Some(l) => l.seqs.push(seq),
+        None => lost.push(LostCheckpoints {
+            task: task.to_string(),
+            seqs: vec![seq],
+        }),
+    }
+}
 
 /// Applies one record at `pos` of `record_bytes` bytes. An error means the record does
 /// not follow from the ones before it.

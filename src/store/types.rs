@@ -39,6 +39,9 @@ pub struct Options {
     pub max_age: Option<Duration>,
     /// What recovery tolerates.
     pub recovery: RecoveryMode,
+    /// Run compaction on a background thread when segments rotate (default true);
+    /// `Store::compact` works either way.
+    pub auto_compact: bool,
 }
 
 impl Default for Options {
@@ -50,6 +53,7 @@ impl Default for Options {
             keep_checkpoints: None,
             max_age: None,
             recovery: RecoveryMode::TolerateTornTail,
+            auto_compact: true,
         }
     }
 }

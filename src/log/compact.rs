@@ -1,0 +1,182 @@
+//! Log-level compaction: rewrites the live records of a prefix of sealed segments into
+//! one compacted segment that replaces the last of them, then deletes the rest.
+//!
+//! Crash safety, step by step (DESIGN.md, "Compaction"):
+//! 1. write `<id>.wal.compact.tmp` (header flagged COMPACTED, the live records with their
+//!    original LSNs, a seal naming the next segment) and fsync it. A crash leaves a temp
+//!    file that the next open deletes: nothing changed.
+//! 2. rename it over segment `<id>` and fsync the directory. Rename is atomic: a crash
+//!    leaves either the old segment (nothing changed) or the compacted one, which
+//!    supersedes every lower id, so recovery skips those whether or not they still exist.
+//! 3. delete the superseded segments and fsync the directory. Any subset may come back
+//!    after a crash; recovery skips them all.
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use super::format::*;
+use super::record::{self, RecordHeader};
+use super::segment::{SegmentHeader, list_segments, segment_path, sync_dir};
+use super::{Log, RecordPos};
+use crate::error::{Error, Result};
+
+/// A compacted segment written and fsynced, not yet installed.
+#[derive(Debug)]
+pub struct PreparedCompaction {
+    /// The segment it replaces; all lower ids are superseded once installed.
+    pub through_id: u64,
+    tmp: PathBuf,
+    /// Old position → new position of every live record copied.
+    pub moved: Vec<(RecordPos, RecordPos)>,
+    /// Bytes of the compacted segment.
+    pub bytes: u64,
+}
+
+impl Log {
+    /// Ids of the segment files on disk, ascending.
+    pub fn segment_ids(&self) -> Result<Vec<u64>> {
+        Ok(list_segments(self.dir())?
+            .into_iter()
+            .map(|(id, _)| id)
+            .collect())
+    }
+
+    /// Id of the segment being appended to (every lower id is sealed).
+    pub fn active_segment_id(&self) -> Result<u64> {
+        let w = self.writer()?;
+        Ok(w.active_segment.load(std::sync::atomic::Ordering::Acquire))
+    }
+
+    /// Step 1: copies the records at `live` (positions in segments `<= through_id`, in log
+    /// order) into a fsynced temporary compacted segment.
+    pub fn prepare_compaction(
+        &self,
+        through_id: u64,
+        live: &[RecordPos],
+    ) -> Result<PreparedCompaction> {
+        let active = self.active_segment_id()?;
+        if through_id >= active {
+            return Err(Error::InvalidArgument(format!(
+                "segment {through_id} is not sealed (active segment is {active})"
+            )));
+        }
+        debug_assert!(
+            live.windows(2).all(|w| w[0] < w[1]),
+            "live positions must be sorted"
+        );
+        let dir = self.dir();
+        let next_path = segment_path(dir, through_id + 1);
+        let next_first_lsn = read_header(&next_path)?.first_lsn;
+        let mut body = Vec::new();
+        let mut moved = Vec::with_capacity(live.len());
+        let mut first_lsn = None;
+        for &pos in live {
+            assert!(
+                pos.segment_id <= through_id,
+                "live record outside the compacted prefix"
+            );
+            let new_pos = RecordPos {
+                segment_id: through_id,
+                offset: (SEGMENT_HEADER_BYTES + body.len()) as u64,
+            };
+            self.read_with(pos, |rec| {
+                first_lsn.get_or_insert(rec.lsn);
+                let header = RecordHeader {
+                    payload_len: rec.payload.len() as u32,
+                    lsn: rec.lsn,
+                    kind: rec.kind,
+                    flags: FLAG_BATCH_START | FLAG_BATCH_END,
+                };
+                record::encode_into(
+                    &mut body,
+                    &header,
+                    record::payload_crc(rec.payload),
+                    rec.payload,
+                );
+                Ok(())
+            })?;
+            moved.push((pos, new_pos));
+        }
+        let seal = RecordHeader {
+            payload_len: SEAL_PAYLOAD_BYTES as u32,
+            lsn: next_first_lsn,
+            kind: KIND_SEAL,
+            flags: FLAG_BATCH_START | FLAG_BATCH_END,
+        };
+        let next_id = (through_id + 1).to_le_bytes();
+        record::encode_into(&mut body, &seal, record::payload_crc(&next_id), &next_id);
+        let header = SegmentHeader {
+            id: through_id,
+            first_lsn: first_lsn.unwrap_or(next_first_lsn),
+            flags: SEGMENT_FLAG_COMPACTED,
+        };
+        let tmp = dir.join(format!(
+            "{}.compact{TEMP_SUFFIX}",
+            segment_file_name(through_id)
+        ));
+        let ctx = |what: &str| format!("{what} compacted segment {}", tmp.display());
+        let mut file = std::fs::File::create(&tmp).map_err(|e| Error::io(ctx("creating"), e))?;
+        file.write_all(&header.encode())
+            .and_then(|()| file.write_all(&body))
+            .map_err(|e| Error::io(ctx("writing"), e))?;
+        file.sync_all().map_err(|e| Error::io(ctx("fsyncing"), e))?;
+        Ok(PreparedCompaction {
+            through_id,
+            tmp,
+            moved,
+            bytes: (SEGMENT_HEADER_BYTES + body.len()) as u64,
+        })
+    }
+
+    /// Step 2: atomically replaces segment `through_id` with the compacted one and makes
+    /// the rename durable. From here on, old positions in segments `<= through_id` are
+    /// invalid: the caller must switch to `moved` before anyone reads them again.
+    pub fn install_compaction(&self, prepared: &PreparedCompaction) -> Result<()> {
+        let dir = self.dir();
+        let target = segment_path(dir, prepared.through_id);
+        std::fs::rename(&prepared.tmp, &target).map_err(|e| {
+            Error::io(
+                format!("installing compacted segment {}", target.display()),
+                e,
+            )
+        })?;
+        sync_dir(dir)?;
+        self.forget_maps(prepared.through_id);
+        Ok(())
+    }
+
+    /// Gives up a prepared compaction (deletes its temporary file).
+    pub fn abandon_compaction(&self, prepared: &PreparedCompaction) {
+        let _ = std::fs::remove_file(&prepared.tmp);
+    }
+
+    /// Step 3: deletes the segments superseded by the compacted `through_id`; returns the
+    /// paths removed and their bytes.
+    pub fn remove_superseded(&self, through_id: u64) -> Result<(Vec<PathBuf>, u64)> {
+        let mut removed = Vec::new();
+        let mut bytes = 0;
+        for (id, path) in list_segments(self.dir())? {
+            if id >= through_id {
+                break;
+            }
+            bytes += std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+            std::fs::remove_file(&path)
+                .map_err(|e| Error::io(format!("removing {}", path.display()), e))?;
+            removed.push(path);
+        }
+        if !removed.is_empty() {
+            sync_dir(self.dir())?;
+        }
+        Ok((removed, bytes))
+    }
+}
+
+fn read_header(path: &std::path::Path) -> Result<SegmentHeader> {
+    use std::os::unix::fs::FileExt;
+    let file = std::fs::File::open(path)
+        .map_err(|e| Error::io(format!("opening {}", path.display()), e))?;
+    let mut buf = [0u8; SEGMENT_HEADER_BYTES];
+    file.read_exact_at(&mut buf, 0)
+        .map_err(|e| Error::io(format!("reading the header of {}", path.display()), e))?;
+    SegmentHeader::decode(&buf, path)
+}

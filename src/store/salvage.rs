@@ -1,0 +1,46 @@
+//! Salvage recovery's report: which task lost which checkpoints.
+
+use super::LostCheckpoints;
+use super::codec::{CheckpointHead, KIND_CHECKPOINT};
+use super::index::Index;
+use super::replay::note_lost;
+use crate::log::Log;
+use crate::log::format::RECORD_HEADER_BYTES;
+use crate::log::record::parse_header;
+
+/// Names the checkpoints held by corrupt ranges the log skipped: a damaged record's
+/// header and leading fields (task, seq) often survive the damage. Best effort: a range
+/// whose record is unreadable is reported only as a skipped range.
+pub(crate) fn name_skipped_checkpoints(log: &Log, index: &Index, lost: &mut Vec<LostCheckpoints>) {
+    for range in &log.recovery().skipped {
+        let Ok(bytes) = std::fs::read(&range.segment) else {
+            continue;
+        };
+        let start = range.offset as usize;
+        let Some(region) = bytes.get(start..start + range.bytes as usize) else {
+            continue;
+        };
+        let Ok(header) = parse_header(region) else {
+            continue;
+        };
+        if header.kind != KIND_CHECKPOINT {
+            continue;
+        }
+        let payload = &region[RECORD_HEADER_BYTES.min(region.len())..];
+        let Ok((head, _)) = postcard::take_from_bytes::<CheckpointHead<'_>>(payload) else {
+            continue;
+        };
+        let latest = index
+            .get(head.task)
+            .map_or(0, |s| s.data.read().latest_seq());
+        let known = lost
+            .iter()
+            .any(|l| l.task == head.task && l.seqs.contains(&head.seq));
+        if head.seq > latest && !known {
+            note_lost(lost, head.task, head.seq);
+        }
+    }
+    for l in lost.iter_mut() {
+        l.seqs.sort_unstable();
+    }
+}
