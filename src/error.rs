@@ -48,7 +48,7 @@ pub enum Error {
     ReadOnly,
 
     /// The directory exists but holds files that are not an agentwal store.
-    #[error("{} is not an agentwal store (no segment files, and it is not empty)", dir.display())]
+    #[error("{} is not an agentwal store (it holds no segment files)", dir.display())]
     NotAStore {
         /// The directory.
         dir: PathBuf,

@@ -510,9 +510,10 @@ fn scan_read_only(
     visit: &mut dyn FnMut(RecordRef<'_>) -> Result<()>,
 ) -> Result<Scan> {
     if !dir.is_dir() {
-        return Err(Error::NotAStore {
-            dir: dir.to_path_buf(),
-        });
+        return Err(Error::io(
+            format!("opening store directory {}", dir.display()),
+            std::io::Error::from(std::io::ErrorKind::NotFound),
+        ));
     }
     check_is_store(dir, false)?;
     let mut attempt = 0;

@@ -152,7 +152,7 @@ impl<S: State> Store<S> {
             .collect()
     }
 
-    fn read_result(&self, pos: RecordPos) -> Result<Vec<u8>> {
+    pub(super) fn read_result(&self, pos: RecordPos) -> Result<Vec<u8>> {
         self.read_call(pos, |d| match d {
             Decoded::CallFinish(f) => Ok(f.result.to_vec()),
             _ => Err(Error::InvalidArgument(
@@ -161,7 +161,11 @@ impl<S: State> Store<S> {
         })
     }
 
-    fn read_call<T>(&self, pos: RecordPos, f: impl FnOnce(Decoded<'_>) -> Result<T>) -> Result<T> {
+    pub(super) fn read_call<T>(
+        &self,
+        pos: RecordPos,
+        f: impl FnOnce(Decoded<'_>) -> Result<T>,
+    ) -> Result<T> {
         let dir = self.inner.log.dir();
         self.inner
             .log

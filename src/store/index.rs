@@ -27,6 +27,8 @@ const _: () = assert!(std::mem::size_of::<CpEntry>() == 32);
 pub(crate) struct CallEntry {
     pub begin: RecordPos,
     pub finish: Option<RecordPos>,
+    /// Bytes on disk of the begin and finish records together.
+    pub bytes: u32,
 }
 
 /// Everything the store remembers about one task.
@@ -158,7 +160,8 @@ impl TaskData {
 
     /// Bytes of live records (checkpoints and calls) this task holds.
     pub fn live_bytes(&self) -> u64 {
-        self.checkpoints.iter().map(|c| u64::from(c.bytes)).sum()
+        let checkpoints: u64 = self.checkpoints.iter().map(|c| u64::from(c.bytes)).sum();
+        checkpoints + self.calls.values().map(|c| u64::from(c.bytes)).sum::<u64>()
     }
 }
 

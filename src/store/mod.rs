@@ -4,6 +4,7 @@ mod calls;
 mod codec;
 mod compaction;
 mod index;
+mod inspect;
 mod replay;
 mod salvage;
 mod types;
@@ -15,6 +16,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 pub use compaction::COMPACTION_DEAD_BYTES_MIN;
+pub use inspect::{CallInfo, RecordSummary, TaskInfo, VerifyReport, describe_record};
 pub use types::*;
 
 use self::codec::{Body, CheckpointRec, DeleteRec, Origin};

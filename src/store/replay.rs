@@ -150,6 +150,7 @@ pub(crate) fn apply(
                 CallEntry {
                     begin: pos,
                     finish: None,
+                    bytes: record_bytes,
                 },
             );
             Ok(())
@@ -162,6 +163,7 @@ pub(crate) fn apply(
             match data.calls.get_mut(f.call_id) {
                 Some(call) if call.finish.is_none() => {
                     call.finish = Some(pos);
+                    call.bytes += record_bytes;
                     Ok(())
                 }
                 Some(_) => Err(format!(

@@ -1,0 +1,154 @@
+//! `agentwal`: inspect, verify and compact an agentwal store, and a demo that crashes and
+//! resumes. Read commands open the store read-only and work while an agent writes to it.
+//!
+//! Exit codes: 0 ok, 1 a problem was found (corruption), 2 usage or I/O error.
+
+mod demo;
+mod inspect;
+mod render;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// Inspect, verify and compact agentwal stores.
+#[derive(Parser)]
+#[command(name = "agentwal", version, about, propagate_version = true)]
+struct Cli {
+    /// Log engine events to stderr (-v: info, -vv: debug).
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    verbose: u8,
+    /// Print machine-readable JSON (shapes documented in README, "CLI JSON").
+    #[arg(long, global = true)]
+    json: bool,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run a simulated agent, kill it with SIGKILL mid-step, and resume it.
+    Demo(demo::DemoArgs),
+    /// Internal: the demo's agent process.
+    #[command(hide = true)]
+    DemoChild(demo::ChildArgs),
+    /// List tasks: id, latest seq, last commit time, bytes.
+    Tasks {
+        /// The store directory.
+        dir: PathBuf,
+    },
+    /// A task's checkpoints: seq, time, size, snapshot or delta, fork origin.
+    History {
+        /// The store directory.
+        dir: PathBuf,
+        /// The task id.
+        task: String,
+    },
+    /// A task's state (latest, or as of --seq).
+    Show {
+        /// The store directory.
+        dir: PathBuf,
+        /// The task id.
+        task: String,
+        /// Show the state as of this checkpoint.
+        #[arg(long)]
+        seq: Option<u64>,
+    },
+    /// A task's tool calls, finished and pending.
+    Calls {
+        /// The store directory.
+        dir: PathBuf,
+        /// The task id.
+        task: String,
+    },
+    /// Check every checksum and every task's records; exit 1 on corruption.
+    Verify {
+        /// The store directory.
+        dir: PathBuf,
+    },
+    /// Print raw records (LSN, kind, task, seq, length, offset) for forensics.
+    Dump {
+        /// The store directory.
+        dir: PathBuf,
+        /// Only this segment id.
+        #[arg(long)]
+        segment: Option<u64>,
+    },
+    /// Segments, live and dead bytes, tasks, biggest tasks, snapshot/delta counts.
+    Stats {
+        /// The store directory.
+        dir: PathBuf,
+    },
+    /// Compact the store now (needs the writer lock).
+    Compact {
+        /// The store directory.
+        dir: PathBuf,
+    },
+}
+
+/// How a command ended, beyond success.
+pub enum Failure {
+    /// The store has a problem (exit 1).
+    Problem(String),
+    /// Bad usage or an I/O error (exit 2).
+    Usage(String),
+}
+
+impl From<agentwal::Error> for Failure {
+    fn from(e: agentwal::Error) -> Self {
+        match e {
+            agentwal::Error::Corruption { .. } | agentwal::Error::Decode { .. } => {
+                Failure::Problem(e.to_string())
+            }
+            other => Failure::Usage(other.to_string()),
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    // Die quietly on a closed pipe (`agentwal dump DIR | head`), as Unix tools do.
+    // SAFETY: restoring the default disposition of SIGPIPE before any thread starts.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+    let cli = Cli::parse();
+    init_tracing(cli.verbose);
+    let json = cli.json;
+    let result = match cli.command {
+        Command::Demo(args) => demo::run(&args, json),
+        Command::DemoChild(args) => demo::child(&args),
+        Command::Tasks { dir } => inspect::tasks(&dir, json),
+        Command::History { dir, task } => inspect::history(&dir, &task, json),
+        Command::Show { dir, task, seq } => inspect::show(&dir, &task, seq, json),
+        Command::Calls { dir, task } => inspect::calls(&dir, &task, json),
+        Command::Verify { dir } => inspect::verify(&dir, json),
+        Command::Dump { dir, segment } => inspect::dump(&dir, segment, json),
+        Command::Stats { dir } => inspect::stats(&dir, json),
+        Command::Compact { dir } => inspect::compact(&dir, json),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(Failure::Problem(msg)) => {
+            eprintln!("agentwal: {msg}");
+            ExitCode::from(1)
+        }
+        Err(Failure::Usage(msg)) => {
+            eprintln!("agentwal: {msg}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn init_tracing(verbose: u8) {
+    let level = match verbose {
+        0 => return,
+        1 => "info",
+        _ => "debug",
+    };
+    let filter = tracing_subscriber::EnvFilter::new(format!("agentwal={level}"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}
