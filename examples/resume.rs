@@ -40,32 +40,61 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             std::process::abort();
         }
         let delta = AgentDelta::default()
-            .message(Message::assistant(format!("step {step}: emailing")).with_tool_call(
-                &call_id,
-                "send_email",
-                format!("update #{step}"),
-            ))
+            .message(
+                Message::assistant(format!("step {step}: emailing")).with_tool_call(
+                    &call_id,
+                    "send_email",
+                    format!("update #{step}"),
+                ),
+            )
             .message(Message::tool(&call_id, receipt))
             .set("step", step as i64);
         store.commit(TASK, &delta)?;
     }
-    let last = store.load_latest(TASK)?.ok_or("no checkpoint after the run")?;
-    println!("finished: {} steps, {} messages", last.seq, last.state.messages.len());
-    for m in last.state.messages.iter().rev().take(4).collect::<Vec<_>>().into_iter().rev() {
+    let last = store
+        .load_latest(TASK)?
+        .ok_or("no checkpoint after the run")?;
+    println!(
+        "finished: {} steps, {} messages",
+        last.seq,
+        last.state.messages.len()
+    );
+    for m in last
+        .state
+        .messages
+        .iter()
+        .rev()
+        .take(4)
+        .collect::<Vec<_>>()
+        .into_iter()
+        .rev()
+    {
         println!("  {:?}: {}", m.role, m.content);
     }
     let sent = std::fs::read_to_string(&outbox)?.lines().count();
-    println!("emails in outbox: {sent} (exactly one per step: {})", sent as u64 == STEPS);
+    println!(
+        "emails in outbox: {sent} (exactly one per step: {})",
+        sent as u64 == STEPS
+    );
     Ok(())
 }
 
 /// Runs the side-effecting tool through the tool-call journal so it never runs twice.
-fn send_email_once(store: &Store, outbox: &Path, call_id: &str, step: u64) -> agentwal::Result<String> {
+fn send_email_once(
+    store: &Store,
+    outbox: &Path,
+    call_id: &str,
+    step: u64,
+) -> agentwal::Result<String> {
     if let Some(result) = store.call_result(TASK, call_id)? {
         println!("step {step}: tool already ran before the crash; reusing its result");
         return Ok(String::from_utf8_lossy(&result).into_owned());
     }
-    if store.pending_calls(TASK)?.iter().any(|p| p.call_id == call_id) {
+    if store
+        .pending_calls(TASK)?
+        .iter()
+        .any(|p| p.call_id == call_id)
+    {
         // Began but no result: the email may or may not have gone out. This tool is
         // idempotent by call id, so check the outbox before sending again.
         if already_sent(outbox, call_id) {
@@ -74,14 +103,26 @@ fn send_email_once(store: &Store, outbox: &Path, call_id: &str, step: u64) -> ag
             return Ok(receipt);
         }
     } else {
-        store.begin_call(TASK, call_id, "send_email", format!("update #{step}").as_bytes())?;
+        store.begin_call(
+            TASK,
+            call_id,
+            "send_email",
+            format!("update #{step}").as_bytes(),
+        )?;
     }
-    let mut file = std::fs::OpenOptions::new().create(true).append(true).open(outbox).map_err(|e| {
-        agentwal::Error::InvalidArgument(format!("cannot open outbox {}: {e}", outbox.display()))
-    })?;
-    writeln!(file, "{call_id}").and_then(|()| file.sync_data()).map_err(|e| {
-        agentwal::Error::InvalidArgument(format!("cannot write outbox: {e}"))
-    })?;
+    let mut file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(outbox)
+        .map_err(|e| {
+            agentwal::Error::InvalidArgument(format!(
+                "cannot open outbox {}: {e}",
+                outbox.display()
+            ))
+        })?;
+    writeln!(file, "{call_id}")
+        .and_then(|()| file.sync_data())
+        .map_err(|e| agentwal::Error::InvalidArgument(format!("cannot write outbox: {e}")))?;
     let receipt = format!("sent {call_id}");
     store.finish_call(TASK, call_id, receipt.as_bytes())?;
     Ok(receipt)
@@ -102,7 +143,11 @@ fn parse_args() -> Result<(PathBuf, Option<u64>), String> {
                 let k = args.next().ok_or("--crash-at needs a step number")?;
                 crash_at = Some(k.parse().map_err(|_| format!("bad step number {k:?}"))?);
             }
-            other => return Err(format!("unknown argument {other:?}; use --dir D [--crash-at K]")),
+            other => {
+                return Err(format!(
+                    "unknown argument {other:?}; use --dir D [--crash-at K]"
+                ));
+            }
         }
     }
     Ok((dir, crash_at))
