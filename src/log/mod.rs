@@ -557,6 +557,15 @@ fn scan_read_only(
 
 /// Decides where the writer appends next; repairs a torn tail first.
 fn writer_start(dir: &Path, scan: &Scan, segment_bytes: u64) -> Result<WriterStart> {
+    // A writer killed before its fsync (or before its directory fsync, just after creating
+    // a segment) leaves data only the page cache holds. Make it durable before new
+    // batches claim that everything before them is durable.
+    if let Some(last) = scan.segments.last() {
+        std::fs::File::open(&last.path)
+            .and_then(|f| f.sync_data())
+            .map_err(|e| Error::io(format!("fsyncing {}", last.path.display()), e))?;
+        sync_dir(dir)?;
+    }
     let prealloc = PREALLOCATE_BYTES.min(segment_bytes) - SEGMENT_HEADER_BYTES as u64;
     let fresh = |id: u64| -> Result<WriterStart> {
         let file = create_segment(dir, id, scan.next_lsn, prealloc)?;

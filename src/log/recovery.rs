@@ -88,6 +88,17 @@ pub(crate) fn scan(
         let is_last = index + 1 == files.len();
         read_whole(path, &mut buf)?;
         let header = SegmentHeader::decode(&buf, path)?;
+        if header.is_compacted() && index > 0 {
+            // Only possible when a compaction finished between listing and reading (a
+            // read-only scan retries) or when files were tampered with.
+            return Err(Error::Corruption {
+                segment: path.clone(),
+                offset: 0,
+                reason: CorruptionReason::BrokenChain(
+                    "compacted segment after older segments".into(),
+                ),
+            });
+        }
         check_chain(path, *id, &header, expected, mode)?;
         let state = scan_segment(&buf, path, &header, is_last, mode, visit, &mut out.report)?;
         out.next_lsn = state.1;
@@ -194,7 +205,9 @@ fn scan_segment(
         };
         let start = cursor.committed_end;
         let torn_bytes = (last_nonzero(buf, start) - start) as u64;
-        let later = find_durable_batch(buf, stop.offset as usize + 1, cursor.next_lsn);
+        // Inclusive: a valid record right where the scan stopped (out of sequence, say)
+        // that claims durable predecessors proves the damage is not a tear.
+        let later = find_durable_batch(buf, stop.offset as usize, cursor.next_lsn);
         let problem = match (later, is_last) {
             // Bytes written after everything before them was durable: the bad region was
             // durable too, so it is corruption, wherever it is.

@@ -58,11 +58,12 @@ impl TaskData {
     }
 
     /// Records checkpoint `seq`; it must follow the latest. A task's first record is seq 1,
-    /// or, after compaction dropped the checkpoints retention no longer needs, a snapshot.
+    /// or any seq once compaction dropped the checkpoints retention no longer needs: the
+    /// log keeps every record of a prefix of segments it did not compact, so a task's
+    /// surviving history may start mid-chain ("headless") until its next snapshot.
     pub fn push_checkpoint(&mut self, seq: u64, entry: CpEntry) -> Result<(), String> {
         let expected = self.latest_seq() + 1;
-        let compacted_start = self.checkpoints.is_empty() && entry.snapshot && seq > 0;
-        if seq != expected && !compacted_start {
+        if seq != expected && !(self.checkpoints.is_empty() && seq > 0) {
             return Err(format!(
                 "checkpoint seq {seq} where {expected} was expected"
             ));
@@ -113,7 +114,7 @@ impl TaskData {
         if latest == 0 {
             return 0;
         }
-        let mut from = self.first_seq;
+        let mut from = self.first_loadable_seq();
         if let Some(keep) = keep {
             from = from.max(latest.saturating_sub(u64::from(keep).saturating_sub(1)));
         }
@@ -126,6 +127,17 @@ impl TaskData {
             from = from.max(self.first_seq + young as u64);
         }
         from.min(latest)
+    }
+
+    /// Oldest seq that can be rebuilt: the first, unless the history is headless (starts
+    /// with a delta after seq 1), then its first snapshot.
+    pub fn first_loadable_seq(&self) -> u64 {
+        if self.first_seq <= 1 || self.checkpoints.first().is_none_or(|c| c.snapshot) {
+            return self.first_seq;
+        }
+        let first_snapshot = self.checkpoints.iter().position(|c| c.snapshot);
+        self.first_seq
+            + first_snapshot.map_or(self.checkpoints.len().saturating_sub(1), |i| i) as u64
     }
 
     /// Oldest seq whose record is still needed to rebuild `retained_from` (its fold base).
