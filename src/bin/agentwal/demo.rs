@@ -51,10 +51,13 @@ pub fn run(args: &DemoArgs, json: bool) -> Result<(), Failure> {
     }
     let (dir, temporary) = match &args.dir {
         Some(d) => (d.clone(), false),
-        None => (
-            std::env::temp_dir().join(format!("agentwal-demo-{}", std::process::id())),
-            true,
-        ),
+        None => {
+            let nanos = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.subsec_nanos());
+            let name = format!("agentwal-demo-{}-{nanos}", std::process::id());
+            (std::env::temp_dir().join(name), true)
+        }
     };
     if dir.exists() && std::fs::read_dir(&dir).map_or(true, |mut d| d.next().is_some()) {
         return Err(Failure::Usage(format!(
