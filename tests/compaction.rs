@@ -404,3 +404,50 @@ fn locate_last_record_of(dir: &Path, task: &str) -> (std::path::PathBuf, u64) {
     let (seg, off) = found.unwrap();
     (agentwal::log::segment::segment_path(dir, seg), off)
 }
+
+/// Regression: compaction drops a task's dead checkpoints only inside the compacted
+/// prefix; older dead ones beyond it survive, so a task's history may start mid-chain.
+/// Reopening such a store used to fail with `Inconsistent` ("seq 1951 where 1 was expected").
+#[test]
+fn reopen_after_retention_and_compaction_with_a_headless_history() {
+    for (keep, snapshot_every) in [(3, 8), (1, 4), (2, 5)] {
+        let dir = tempfile::tempdir().unwrap();
+        let opts = Options {
+            segment_bytes: 4096,
+            keep_checkpoints: Some(keep),
+            snapshot_every,
+            sync: SyncMode::Never,
+            ..small(None)
+        };
+        // A state that stays small, so snapshots keep fitting in a segment.
+        let step = |i: u64| {
+            AgentDelta::default()
+                .set("step", i as i64)
+                .set("note", format!("n{i}"))
+        };
+        let store: Store = Store::open_with(dir.path(), opts).unwrap();
+        for i in 1..=600u64 {
+            store.commit("t", &step(i)).unwrap();
+            if i % 37 == 0 {
+                store.compact().unwrap();
+                let want = contents(&store);
+                let reopened: Store = Store::open_read_only(dir.path()).unwrap();
+                drop(reopened);
+                assert_eq!(contents(&store), want);
+            }
+        }
+        let want = contents(&store);
+        drop(store);
+        let store: Store = Store::open_with(dir.path(), opts).unwrap();
+        assert_eq!(contents(&store), want, "keep {keep}");
+        store.compact().unwrap();
+        drop(store);
+        let store: Store = Store::open_with(dir.path(), opts).unwrap();
+        assert_eq!(
+            contents(&store),
+            want,
+            "keep {keep} after a second compaction"
+        );
+        assert_eq!(store.commit("t", &step(601)).unwrap(), 601);
+    }
+}
