@@ -22,3 +22,8 @@ pub use store::{
     TOOL_NAME_BYTES_MAX, TaskInfo, VerifyReport, describe_record,
 };
 pub use value::{NotJson, Value};
+
+/// Runs the README's Rust examples as doctests, so the README cannot drift from the API.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;
