@@ -90,6 +90,11 @@ pub(crate) fn run_pass(inner: &Inner, force: bool) -> Result<CompactionReport> {
     let Some(through) = choose_prefix(&sealed, &live, force) else {
         return Ok(CompactionReport::default());
     };
+    // The live set reflects every record appended so far; make them durable before
+    // records they made dead disappear. Otherwise (`SyncMode::Periodic`/`Never`) a crash
+    // could lose a deletion after compaction dropped the task's older records, and bring
+    // the task back with only its newer ones: a state that never existed.
+    log.flush()?;
     let in_prefix: Vec<RecordPos> = live
         .positions
         .iter()
