@@ -1031,6 +1031,8 @@ struct IndexMemory {
     tasks: usize,
     checkpoints_per_task: usize,
     anon_bytes: i64,
+    /// RssAnon growth after `malloc_trim`: the allocator's retained free memory removed.
+    anon_trimmed_bytes: i64,
     file_bytes: i64,
     open: Duration,
 }
@@ -1083,6 +1085,7 @@ fn index_memory(cfg: &Config, tasks: usize, per_task: usize) -> IndexMemory {
         tasks,
         checkpoints_per_task: per_task,
         anon_bytes: field("anon_after=") - field("anon_before="),
+        anon_trimmed_bytes: field("anon_trimmed=") - field("anon_before="),
         file_bytes: field("file_after=") - field("file_before="),
         open: Duration::from_micros(field("open_us=") as u64),
     }
@@ -1111,11 +1114,17 @@ fn index_memory_child(dir: &Path) {
     let store: Store = Store::open_with(dir, Options::default()).expect("open");
     let open = t0.elapsed();
     let after = rss();
+    // What the allocator kept from recovery's temporary buffers is not index: hand free
+    // memory back to the OS and read RSS again.
+    // SAFETY: malloc_trim only releases free memory; no pointer is invalidated.
+    unsafe { libc::malloc_trim(0) };
+    let trimmed = rss();
     let tasks = store.recovery_report().tasks;
     println!("anon_before={}", before.0);
     println!("file_before={}", before.1);
     println!("anon_after={}", after.0);
     println!("file_after={}", after.1);
+    println!("anon_trimmed={}", trimmed.0);
     println!("open_us={}", open.as_micros());
     println!("tasks={tasks}");
     drop(store);
@@ -1395,7 +1404,10 @@ fn targets(cfg: &Config, run: &Run) -> Vec<Target> {
                 "index memory ≤ 512 B/task ({} tasks × {} checkpoints)",
                 i.tasks, i.checkpoints_per_task
             ),
-            measured: format!("{per_task:.0} B/task (RssAnon)"),
+            measured: format!(
+                "{per_task:.0} B/task (RssAnon; {:.0} B after malloc_trim)",
+                i.anon_trimmed_bytes as f64 / i.tasks as f64
+            ),
             met: per_task <= 512.0,
         });
     }
@@ -1479,7 +1491,9 @@ fn markdown(cfg: &Config, run: &Run, prov: &Provenance) -> String {
              Cold load: first load on a freshly opened handle (page cache warm, open not counted). \
              Recovery: agentwal `Store::open`; SQLite: open, pragmas and a first query (the last \
              connection to close checkpointed the WAL); okaywal: `WriteAheadLog::recover` reading \
-             the entries still in its log; floors: read the file and check every crc.\n"
+             the entries still in its log; floors: read the file and check every crc. okaywal \
+             is a WAL only: it recycles a segment once it is checkpointed (the manager here keeps \
+             nothing), so its disk figure leaves out wherever an application would keep the state.\n"
         );
     }
     let _ = writeln!(w, "## agentwal ÷ peer\n");
@@ -1581,21 +1595,25 @@ fn markdown(cfg: &Config, run: &Run, prov: &Provenance) -> String {
         let _ = writeln!(w, "## Index memory\n");
         let _ = writeln!(
             w,
-            "A child process opens a store and reads its own RSS (/proc/self/status) before and after `Store::open`.\n"
+            "A child process opens a store and reads its own RSS (/proc/self/status) before and after \
+             `Store::open`, and again after `malloc_trim(0)` (free memory the allocator kept from \
+             recovery's temporary buffers is handed back; what remains is the index). The target is \
+             judged on the plain figure.\n"
         );
         let _ = writeln!(
             w,
-            "| tasks | checkpoints per task | RssAnon growth | per task | RssFile growth | open time |"
+            "| tasks | checkpoints per task | RssAnon growth | per task | per task after malloc_trim | RssFile growth | open time |"
         );
-        let _ = writeln!(w, "|---:|---:|---:|---:|---:|---:|");
+        let _ = writeln!(w, "|---:|---:|---:|---:|---:|---:|---:|");
         for i in &run.index {
             let _ = writeln!(
                 w,
-                "| {} | {} | {} | {:.0} B | {} | {} |",
+                "| {} | {} | {} | {:.0} B | {:.0} B | {} | {} |",
                 i.tasks,
                 i.checkpoints_per_task,
                 fmt_bytes(i.anon_bytes as f64),
                 i.anon_bytes as f64 / i.tasks as f64,
+                i.anon_trimmed_bytes as f64 / i.tasks as f64,
                 fmt_bytes(i.file_bytes as f64),
                 fmt_ms(i.open.as_secs_f64() * 1e3)
             );
