@@ -1,7 +1,8 @@
 //! The in-memory index: per task, only positions and small metadata (states stay on disk).
 //!
 //! Memory: a task costs its id, a `TaskSlot` (~200 B with its map entry and locks) and
-//! 32 B per retained checkpoint ([`CpEntry`]); a tool call costs its id and 40 B.
+//! 32 B per indexed checkpoint ([`CpEntry`]); a tool call costs its id plus about 60 B
+//! (a `CallEntry` and its hash-map slot).
 
 use std::collections::HashMap;
 use std::sync::Arc;

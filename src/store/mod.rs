@@ -91,7 +91,14 @@ impl<S: State> Store<S> {
     /// a writer (another process, say) runs; it sees what was durable when it opened.
     /// Writes return [`Error::ReadOnly`].
     pub fn open_read_only(dir: impl AsRef<Path>) -> Result<Self> {
-        let options = Options::default();
+        Self::open_read_only_with(dir, Options::default())
+    }
+
+    /// Like [`open_read_only`](Self::open_read_only), honouring `options.recovery` (e.g.
+    /// `Salvage` to read a damaged store) and retention; durability and compaction
+    /// options are irrelevant to a reader.
+    pub fn open_read_only_with(dir: impl AsRef<Path>, options: Options) -> Result<Self> {
+        validate_options(&options)?;
         let dir = dir.as_ref();
         Self::recover(dir, options, |visit| {
             Log::open_read_only(dir, options.log_options(), visit)
@@ -244,8 +251,10 @@ impl<S: State> Store<S> {
     }
 
     /// The snapshot policy: at most `snapshot_every` deltas since the last snapshot, and
-    /// sooner once those deltas outweigh the snapshot (bytes written stay within about
-    /// twice the deltas; a load reads at most about twice the state).
+    /// sooner once those deltas outweigh the snapshot. The size rule alone keeps bytes
+    /// written within about twice the deltas and a load within about twice the state; the
+    /// count rule bounds the deltas a load folds, at the price of more snapshot bytes for
+    /// a state that keeps growing (raise `snapshot_every` to trade one for the other).
     fn snapshot_due(&self, data: &TaskData, next_delta_bytes: usize) -> bool {
         let count_due = data.deltas_since_snapshot + 1 >= self.inner.options.snapshot_every;
         let delta_bytes = data.delta_bytes_since_snapshot + next_delta_bytes as u64;
