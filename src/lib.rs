@@ -9,6 +9,7 @@
 pub mod error;
 pub mod log;
 mod state;
+pub mod storage;
 mod store;
 mod value;
 

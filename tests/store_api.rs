@@ -369,6 +369,12 @@ fn bad_input_is_a_clear_error() {
     let missing = dir.path().join("missing");
     assert!(matches!(
         Store::<AgentState>::open_read_only(&missing),
+        Err(Error::Io { .. })
+    ));
+    let not_a_store = tempfile::tempdir().unwrap();
+    std::fs::write(not_a_store.path().join("notes.txt"), b"x").unwrap();
+    assert!(matches!(
+        Store::<AgentState>::open_read_only(not_a_store.path()),
         Err(Error::NotAStore { .. })
     ));
 }

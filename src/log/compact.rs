@@ -11,7 +11,6 @@
 //! 3. delete the superseded segments and fsync the directory. Any subset may come back
 //!    after a crash; recovery skips them all.
 
-use std::io::Write;
 use std::path::PathBuf;
 
 use super::format::*;
@@ -19,6 +18,7 @@ use super::record::{self, RecordHeader};
 use super::segment::{SegmentHeader, list_segments, segment_path, sync_dir};
 use super::{Log, RecordPos};
 use crate::error::{Error, Result};
+use crate::storage::Storage;
 
 /// A compacted segment written and fsynced, not yet installed.
 #[derive(Debug)]
@@ -35,10 +35,32 @@ pub struct PreparedCompaction {
 impl Log {
     /// Ids of the segment files on disk, ascending.
     pub fn segment_ids(&self) -> Result<Vec<u64>> {
-        Ok(list_segments(self.dir())?
+        Ok(self
+            .segment_sizes()?
             .into_iter()
             .map(|(id, _)| id)
             .collect())
+    }
+
+    /// Ids and file sizes (preallocated space included) of the segment files, ascending.
+    pub fn segment_sizes(&self) -> Result<Vec<(u64, u64)>> {
+        let storage = self.storage();
+        list_segments(storage, self.dir())?
+            .into_iter()
+            .map(|(id, path)| {
+                let len = storage.open(&path, false).and_then(|f| f.len());
+                match len {
+                    Ok(len) => Ok(Some((id, len))),
+                    // Deleted meanwhile by a compaction (read-only handles race writers).
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+                    Err(e) => Err(Error::io(
+                        format!("reading the size of {}", path.display()),
+                        e,
+                    )),
+                }
+            })
+            .filter_map(Result::transpose)
+            .collect()
     }
 
     /// Id of the segment being appended to (every lower id is sealed).
@@ -66,7 +88,7 @@ impl Log {
         );
         let dir = self.dir();
         let next_path = segment_path(dir, through_id + 1);
-        let next_first_lsn = read_header(&next_path)?.first_lsn;
+        let next_first_lsn = read_header(self.storage(), &next_path)?.first_lsn;
         let mut body = Vec::new();
         let mut moved = Vec::with_capacity(live.len());
         let mut first_lsn = None;
@@ -115,11 +137,15 @@ impl Log {
             segment_file_name(through_id)
         ));
         let ctx = |what: &str| format!("{what} compacted segment {}", tmp.display());
-        let mut file = std::fs::File::create(&tmp).map_err(|e| Error::io(ctx("creating"), e))?;
-        file.write_all(&header.encode())
-            .and_then(|()| file.write_all(&body))
+        let file = self
+            .storage()
+            .create(&tmp)
+            .map_err(|e| Error::io(ctx("creating"), e))?;
+        file.write_all_at(&header.encode(), 0)
+            .and_then(|()| file.write_all_at(&body, SEGMENT_HEADER_BYTES as u64))
             .map_err(|e| Error::io(ctx("writing"), e))?;
-        file.sync_all().map_err(|e| Error::io(ctx("fsyncing"), e))?;
+        file.sync_data()
+            .map_err(|e| Error::io(ctx("fsyncing"), e))?;
         Ok(PreparedCompaction {
             through_id,
             tmp,
@@ -134,20 +160,20 @@ impl Log {
     pub fn install_compaction(&self, prepared: &PreparedCompaction) -> Result<()> {
         let dir = self.dir();
         let target = segment_path(dir, prepared.through_id);
-        std::fs::rename(&prepared.tmp, &target).map_err(|e| {
+        self.storage().rename(&prepared.tmp, &target).map_err(|e| {
             Error::io(
                 format!("installing compacted segment {}", target.display()),
                 e,
             )
         })?;
-        sync_dir(dir)?;
+        sync_dir(self.storage(), dir)?;
         self.forget_maps(prepared.through_id);
         Ok(())
     }
 
     /// Gives up a prepared compaction (deletes its temporary file).
     pub fn abandon_compaction(&self, prepared: &PreparedCompaction) {
-        let _ = std::fs::remove_file(&prepared.tmp);
+        let _ = self.storage().remove(&prepared.tmp);
     }
 
     /// Step 3: deletes the segments superseded by the compacted `through_id`; returns the
@@ -155,25 +181,30 @@ impl Log {
     pub fn remove_superseded(&self, through_id: u64) -> Result<(Vec<PathBuf>, u64)> {
         let mut removed = Vec::new();
         let mut bytes = 0;
-        for (id, path) in list_segments(self.dir())? {
+        let storage = self.storage();
+        for (id, path) in list_segments(storage, self.dir())? {
             if id >= through_id {
                 break;
             }
-            bytes += std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
-            std::fs::remove_file(&path)
+            bytes += storage
+                .open(&path, false)
+                .and_then(|f| f.len())
+                .unwrap_or(0);
+            storage
+                .remove(&path)
                 .map_err(|e| Error::io(format!("removing {}", path.display()), e))?;
             removed.push(path);
         }
         if !removed.is_empty() {
-            sync_dir(self.dir())?;
+            sync_dir(storage, self.dir())?;
         }
         Ok((removed, bytes))
     }
 }
 
-fn read_header(path: &std::path::Path) -> Result<SegmentHeader> {
-    use std::os::unix::fs::FileExt;
-    let file = std::fs::File::open(path)
+fn read_header(storage: &dyn Storage, path: &std::path::Path) -> Result<SegmentHeader> {
+    let file = storage
+        .open(path, false)
         .map_err(|e| Error::io(format!("opening {}", path.display()), e))?;
     let mut buf = [0u8; SEGMENT_HEADER_BYTES];
     file.read_exact_at(&mut buf, 0)

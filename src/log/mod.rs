@@ -28,14 +28,11 @@ pub mod segment;
 mod writer;
 
 use std::collections::HashMap;
-use std::fs::OpenOptions;
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
-use memmap2::Mmap;
 use parking_lot::RwLock;
 
 pub use compact::PreparedCompaction;
@@ -47,6 +44,7 @@ use self::recovery::{Scan, SegmentState};
 use self::segment::{create_segment, segment_path, sync_dir};
 use self::writer::{Writer, WriterStart};
 use crate::error::{CorruptionReason, Error, Result};
+use crate::storage::{FileView, RealStorage, Storage, StorageFile};
 
 /// When an append counts as done.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -159,13 +157,14 @@ pub struct Log {
 }
 
 struct Inner {
+    storage: Arc<dyn Storage>,
     dir: PathBuf,
     writer: Option<Writer>,
     recovery: LogRecovery,
     options: LogOptions,
     /// For read-only handles: segments below this id were sealed at open.
     last_segment_at_open: u64,
-    maps: RwLock<HashMap<u64, Arc<Mmap>>>,
+    maps: RwLock<HashMap<u64, FileView>>,
     _lock: Option<DirLock>,
 }
 
@@ -184,21 +183,34 @@ impl Log {
     pub fn open_with(
         dir: impl AsRef<Path>,
         options: LogOptions,
+        visit: impl FnMut(RecordRef<'_>) -> Result<()>,
+    ) -> Result<Log> {
+        Log::open_on(Arc::new(RealStorage), dir, options, visit)
+    }
+
+    /// Like [`open_with`](Self::open_with), on the given storage (tests use a simulated
+    /// one to inject crashes and I/O errors).
+    pub fn open_on(
+        storage: Arc<dyn Storage>,
+        dir: impl AsRef<Path>,
+        options: LogOptions,
         mut visit: impl FnMut(RecordRef<'_>) -> Result<()>,
     ) -> Result<Log> {
         let dir = dir.as_ref().to_path_buf();
+        let fs = &*storage;
         validate_options(&options)?;
-        prepare_dir(&dir)?;
-        let lock = DirLock::acquire(&dir)?;
-        remove_temp_files(&dir)?;
+        prepare_dir(fs, &dir)?;
+        let lock = DirLock::acquire(fs, &dir)?;
+        remove_temp_files(fs, &dir)?;
         let started = Instant::now();
-        let scan = recovery::scan(&dir, options.recovery, &mut visit)?;
+        let scan = recovery::scan(fs, &dir, options.recovery, &mut visit)?;
         log_recovery(&dir, &scan.report, started);
-        remove_superseded_files(&dir, &scan.superseded)?;
-        let start = writer_start(&dir, &scan, options.segment_bytes)?;
+        remove_superseded_files(fs, &dir, &scan.superseded)?;
+        let start = writer_start(&storage, &dir, &scan, options.segment_bytes)?;
         let writer = Writer::new(start, options.sync);
         let log = Log {
             inner: Arc::new(Inner {
+                storage,
                 dir,
                 writer: Some(writer),
                 recovery: scan.report,
@@ -220,14 +232,25 @@ impl Log {
     pub fn open_read_only(
         dir: impl AsRef<Path>,
         options: LogOptions,
+        visit: impl FnMut(RecordRef<'_>) -> Result<()>,
+    ) -> Result<Log> {
+        Log::open_read_only_on(Arc::new(RealStorage), dir, options, visit)
+    }
+
+    /// Like [`open_read_only`](Self::open_read_only), on the given storage.
+    pub fn open_read_only_on(
+        storage: Arc<dyn Storage>,
+        dir: impl AsRef<Path>,
+        options: LogOptions,
         mut visit: impl FnMut(RecordRef<'_>) -> Result<()>,
     ) -> Result<Log> {
         let dir = dir.as_ref().to_path_buf();
         let started = Instant::now();
-        let scan = scan_read_only(&dir, options.recovery, &mut visit)?;
+        let scan = scan_read_only(&*storage, &dir, options.recovery, &mut visit)?;
         log_recovery(&dir, &scan.report, started);
         Ok(Log {
             inner: Arc::new(Inner {
+                storage,
                 last_segment_at_open: scan.segments.last().map_or(0, |s| s.id),
                 dir,
                 writer: None,
@@ -270,15 +293,17 @@ impl Log {
         f: impl FnOnce(RecordRef<'_>) -> Result<T>,
     ) -> Result<T> {
         let path = segment_path(&self.inner.dir, pos.segment_id);
-        if self.is_sealed(pos.segment_id) {
-            let map = self.map(pos.segment_id, &path)?;
-            let bytes = map.get(pos.offset as usize..).unwrap_or(&[]);
+        if let Some(view) = self.view(pos.segment_id, &path)? {
+            let bytes = view.get(pos.offset as usize..).unwrap_or(&[]);
             return f(decode_at(bytes, pos, &path)?);
         }
-        let file = std::fs::File::open(&path)
+        let file = self
+            .inner
+            .storage
+            .open(&path, false)
             .map_err(|e| Error::io(format!("opening {}", path.display()), e))?;
         let mut head = [0u8; RECORD_HEADER_BYTES];
-        read_exact_at(&file, &mut head, pos.offset, &path)?;
+        read_exact_at(&*file, &mut head, pos.offset, &path)?;
         let header = record::parse_header(&head).map_err(|e| decode_error(e, pos, &path))?;
         if header.record_bytes() > SEGMENT_BYTES_MAX {
             return Err(decode_error(
@@ -290,13 +315,20 @@ impl Log {
             ));
         }
         let mut buf = vec![0u8; header.record_bytes() as usize];
-        read_exact_at(&file, &mut buf, pos.offset, &path)?;
+        read_exact_at(&*file, &mut buf, pos.offset, &path)?;
         f(decode_at(&buf, pos, &path)?)
     }
 
     /// Re-reads every complete record from disk, in LSN order.
     pub fn replay(&self, mut visit: impl FnMut(RecordRef<'_>) -> Result<()>) -> Result<()> {
-        scan_read_only(&self.inner.dir, self.inner.options.recovery, &mut visit).map(|_| ())
+        let inner = &self.inner;
+        scan_read_only(
+            &*inner.storage,
+            &inner.dir,
+            inner.options.recovery,
+            &mut visit,
+        )
+        .map(|_| ())
     }
 
     /// What recovery found when this handle opened.
@@ -307,6 +339,11 @@ impl Log {
     /// The log's directory.
     pub fn dir(&self) -> &Path {
         &self.inner.dir
+    }
+
+    /// The storage this handle runs on.
+    pub fn storage(&self) -> &dyn Storage {
+        &*self.inner.storage
     }
 
     /// The options this handle was opened with.
@@ -355,19 +392,25 @@ impl Log {
         self.inner.maps.write().retain(|id, _| *id > through_id);
     }
 
-    fn map(&self, segment_id: u64, path: &Path) -> Result<Arc<Mmap>> {
-        if let Some(m) = self.inner.maps.read().get(&segment_id) {
-            return Ok(m.clone());
+    /// A cached whole-file view (a memory map) of a sealed segment, where the storage
+    /// offers one.
+    fn view(&self, segment_id: u64, path: &Path) -> Result<Option<FileView>> {
+        if !self.is_sealed(segment_id) {
+            return Ok(None);
         }
-        let file = std::fs::File::open(path)
-            .map_err(|e| Error::io(format!("opening {}", path.display()), e))?;
-        // SAFETY: sealed segments are never written or truncated again; agentwal only
-        // deletes them, which leaves an existing mapping valid.
-        let map = unsafe { Mmap::map(&file) }
-            .map_err(|e| Error::io(format!("mapping {}", path.display()), e))?;
-        let map = Arc::new(map);
-        self.inner.maps.write().insert(segment_id, map.clone());
-        Ok(map)
+        if let Some(m) = self.inner.maps.read().get(&segment_id) {
+            return Ok(Some(m.clone()));
+        }
+        let Some(view) = self
+            .inner
+            .storage
+            .view(path)
+            .map_err(|e| Error::io(format!("mapping {}", path.display()), e))?
+        else {
+            return Ok(None);
+        };
+        self.inner.maps.write().insert(segment_id, view.clone());
+        Ok(Some(view))
     }
 }
 
@@ -402,7 +445,7 @@ fn decode_error(e: record::DecodeError, pos: RecordPos, path: &Path) -> Error {
     }
 }
 
-fn read_exact_at(file: &std::fs::File, buf: &mut [u8], offset: u64, path: &Path) -> Result<()> {
+fn read_exact_at(file: &dyn StorageFile, buf: &mut [u8], offset: u64, path: &Path) -> Result<()> {
     file.read_exact_at(buf, offset).map_err(|e| {
         if e.kind() == std::io::ErrorKind::UnexpectedEof {
             Error::Corruption {
@@ -436,28 +479,26 @@ fn validate_options(options: &LogOptions) -> Result<()> {
 }
 
 /// Creates `dir` if missing; refuses a non-empty directory that holds no store.
-fn prepare_dir(dir: &Path) -> Result<()> {
-    if !dir.exists() {
-        std::fs::create_dir_all(dir)
+fn prepare_dir(fs: &dyn Storage, dir: &Path) -> Result<()> {
+    if !fs.is_dir(dir) {
+        fs.create_dir_all(dir)
             .map_err(|e| Error::io(format!("creating {}", dir.display()), e))?;
         if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
-            sync_dir(parent)?;
+            sync_dir(fs, parent)?;
         }
         return Ok(());
     }
-    check_is_store(dir, true)
+    check_is_store(fs, dir, true)
 }
 
 /// A store holds segment files; an empty directory (or one with only our lock and
 /// temporary files) may become one when opened for writing.
-fn check_is_store(dir: &Path, may_create: bool) -> Result<()> {
-    let entries =
-        std::fs::read_dir(dir).map_err(|e| Error::io(format!("reading {}", dir.display()), e))?;
+fn check_is_store(fs: &dyn Storage, dir: &Path, may_create: bool) -> Result<()> {
+    let names = fs
+        .list(dir)
+        .map_err(|e| Error::io(format!("reading {}", dir.display()), e))?;
     let mut ours_only = true;
-    for entry in entries {
-        let entry = entry.map_err(|e| Error::io(format!("reading {}", dir.display()), e))?;
-        let name = entry.file_name();
-        let name = name.to_string_lossy();
+    for name in names {
         if parse_segment_file_name(&name).is_some() {
             return Ok(());
         }
@@ -471,31 +512,31 @@ fn check_is_store(dir: &Path, may_create: bool) -> Result<()> {
     })
 }
 
-fn remove_temp_files(dir: &Path) -> Result<()> {
-    let entries =
-        std::fs::read_dir(dir).map_err(|e| Error::io(format!("reading {}", dir.display()), e))?;
+fn remove_temp_files(fs: &dyn Storage, dir: &Path) -> Result<()> {
+    let names = fs
+        .list(dir)
+        .map_err(|e| Error::io(format!("reading {}", dir.display()), e))?;
     let mut removed = false;
-    for entry in entries.flatten() {
-        if entry.file_name().to_string_lossy().ends_with(TEMP_SUFFIX) {
-            std::fs::remove_file(entry.path())
-                .map_err(|e| Error::io(format!("removing {}", entry.path().display()), e))?;
-            removed = true;
-        }
+    for name in names.iter().filter(|n| n.ends_with(TEMP_SUFFIX)) {
+        let path = dir.join(name);
+        fs.remove(&path)
+            .map_err(|e| Error::io(format!("removing {}", path.display()), e))?;
+        removed = true;
     }
     if removed {
-        sync_dir(dir)?;
+        sync_dir(fs, dir)?;
     }
     Ok(())
 }
 
 /// Finishes a compaction a crash interrupted: the superseded segments go.
-fn remove_superseded_files(dir: &Path, superseded: &[PathBuf]) -> Result<()> {
+fn remove_superseded_files(fs: &dyn Storage, dir: &Path, superseded: &[PathBuf]) -> Result<()> {
     for path in superseded {
-        std::fs::remove_file(path)
+        fs.remove(path)
             .map_err(|e| Error::io(format!("removing {}", path.display()), e))?;
     }
     if !superseded.is_empty() {
-        sync_dir(dir)?;
+        sync_dir(fs, dir)?;
         tracing::info!(
             segments = superseded.len(),
             "removed segments superseded by compaction"
@@ -505,24 +546,25 @@ fn remove_superseded_files(dir: &Path, superseded: &[PathBuf]) -> Result<()> {
 }
 
 fn scan_read_only(
+    fs: &dyn Storage,
     dir: &Path,
     mode: RecoveryMode,
     visit: &mut dyn FnMut(RecordRef<'_>) -> Result<()>,
 ) -> Result<Scan> {
-    if !dir.is_dir() {
+    if !fs.is_dir(dir) {
         return Err(Error::io(
             format!("opening store directory {}", dir.display()),
             std::io::Error::from(std::io::ErrorKind::NotFound),
         ));
     }
-    check_is_store(dir, false)?;
+    check_is_store(fs, dir, false)?;
     let mut attempt = 0;
     loop {
         // A concurrent writer's half-written batch followed (in a later read) by its next
         // batch looks like corruption; real corruption persists across re-reads. Records
         // are buffered per attempt so the visitor sees each exactly once.
         let mut records: Vec<(RecordPos, u64, u8, Vec<u8>)> = Vec::new();
-        let result = recovery::scan(dir, mode, &mut |r| {
+        let result = recovery::scan(fs, dir, mode, &mut |r| {
             records.push((r.pos(), r.lsn, r.kind, r.payload.to_vec()));
             Ok(())
         });
@@ -556,20 +598,27 @@ fn scan_read_only(
 }
 
 /// Decides where the writer appends next; repairs a torn tail first.
-fn writer_start(dir: &Path, scan: &Scan, segment_bytes: u64) -> Result<WriterStart> {
+fn writer_start(
+    storage: &Arc<dyn Storage>,
+    dir: &Path,
+    scan: &Scan,
+    segment_bytes: u64,
+) -> Result<WriterStart> {
+    let fs = &**storage;
     // A writer killed before its fsync (or before its directory fsync, just after creating
     // a segment) leaves data only the page cache holds. Make it durable before new
     // batches claim that everything before them is durable.
     if let Some(last) = scan.segments.last() {
-        std::fs::File::open(&last.path)
+        fs.open(&last.path, false)
             .and_then(|f| f.sync_data())
             .map_err(|e| Error::io(format!("fsyncing {}", last.path.display()), e))?;
-        sync_dir(dir)?;
+        sync_dir(fs, dir)?;
     }
     let prealloc = PREALLOCATE_BYTES.min(segment_bytes) - SEGMENT_HEADER_BYTES as u64;
     let fresh = |id: u64| -> Result<WriterStart> {
-        let file = create_segment(dir, id, scan.next_lsn, prealloc)?;
+        let file = create_segment(fs, dir, id, scan.next_lsn, prealloc)?;
         Ok(WriterStart {
+            storage: storage.clone(),
             dir: dir.to_path_buf(),
             file,
             segment_id: id,
@@ -582,20 +631,19 @@ fn writer_start(dir: &Path, scan: &Scan, segment_bytes: u64) -> Result<WriterSta
     match scan.segments.last() {
         None => fresh(1),
         Some(last) if last.sealed => fresh(last.id + 1),
-        Some(last) => reopen_tail(dir, last, scan.next_lsn, segment_bytes),
+        Some(last) => reopen_tail(storage, dir, last, scan.next_lsn, segment_bytes),
     }
 }
 
 fn reopen_tail(
+    storage: &Arc<dyn Storage>,
     dir: &Path,
     last: &SegmentState,
     next_lsn: u64,
     segment_bytes: u64,
 ) -> Result<WriterStart> {
-    let file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(&last.path)
+    let file = storage
+        .open(&last.path, true)
         .map_err(|e| Error::io(format!("opening {}", last.path.display()), e))?;
     if last.dirty_end > last.data_end {
         // Zero the torn bytes before appending: a stale record left past new data could
@@ -613,6 +661,7 @@ fn reopen_tail(
             bytes = last.dirty_end - last.data_end, "discarded a torn tail");
     }
     Ok(WriterStart {
+        storage: storage.clone(),
         dir: dir.to_path_buf(),
         file,
         segment_id: last.id,

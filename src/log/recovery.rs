@@ -14,6 +14,7 @@ use super::record::{self, DecodeError, RecordHeader};
 use super::segment::{SegmentHeader, list_segments};
 use super::{RecordRef, RecoveryMode};
 use crate::error::{CorruptionReason, Error, Result};
+use crate::storage::Storage;
 
 /// What recovery found, for reports and for the writer.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -69,12 +70,13 @@ pub(crate) struct Scan {
 
 /// Scans all segments of `dir`, calling `visit` for each record of each complete batch.
 pub(crate) fn scan(
+    storage: &dyn Storage,
     dir: &Path,
     mode: RecoveryMode,
     visit: &mut dyn FnMut(RecordRef<'_>) -> Result<()>,
 ) -> Result<Scan> {
-    let mut files = list_segments(dir)?;
-    let first = newest_compacted(&files);
+    let mut files = list_segments(storage, dir)?;
+    let first = newest_compacted(storage, &files);
     let superseded = files.drain(..first).map(|(_, p)| p).collect();
     let mut out = Scan {
         superseded,
@@ -86,7 +88,7 @@ pub(crate) fn scan(
     let mut buf = Vec::new();
     for (index, (id, path)) in files.iter().enumerate() {
         let is_last = index + 1 == files.len();
-        read_whole(path, &mut buf)?;
+        read_whole(storage, path, &mut buf)?;
         let header = SegmentHeader::decode(&buf, path)?;
         if header.is_compacted() && index > 0 {
             // Only possible when a compaction finished between listing and reading (a
@@ -110,11 +112,11 @@ pub(crate) fn scan(
 }
 
 /// Index of the newest segment written by compaction (it supersedes all before it), or 0.
-fn newest_compacted(files: &[(u64, PathBuf)]) -> usize {
-    use std::os::unix::fs::FileExt;
+fn newest_compacted(storage: &dyn Storage, files: &[(u64, PathBuf)]) -> usize {
     let compacted = |path: &Path| {
         let mut buf = [0u8; SEGMENT_HEADER_BYTES];
-        std::fs::File::open(path)
+        storage
+            .open(path, false)
             .and_then(|f| f.read_exact_at(&mut buf, 0))
             .ok()
             .and_then(|()| SegmentHeader::decode(&buf, path).ok())
@@ -124,11 +126,10 @@ fn newest_compacted(files: &[(u64, PathBuf)]) -> usize {
     files.iter().rposition(|(_, p)| compacted(p)).unwrap_or(0)
 }
 
-fn read_whole(path: &Path, buf: &mut Vec<u8>) -> Result<()> {
-    use std::io::Read;
-    buf.clear();
-    std::fs::File::open(path)
-        .and_then(|mut f| f.read_to_end(buf))
+fn read_whole(storage: &dyn Storage, path: &Path, buf: &mut Vec<u8>) -> Result<()> {
+    *buf = storage
+        .open(path, false)
+        .and_then(|f| f.read_all())
         .map_err(|e| Error::io(format!("reading segment {}", path.display()), e))?;
     Ok(())
 }

@@ -1,11 +1,10 @@
 //! Segment files: naming, headers, creation and preallocation.
 
-use std::fs::{File, OpenOptions};
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use super::format::*;
 use crate::error::{CorruptionReason, Error, Result};
+use crate::storage::{Storage, StorageFile};
 
 /// The decoded header of a segment file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -94,24 +93,22 @@ pub fn segment_path(dir: &Path, id: u64) -> PathBuf {
 }
 
 /// Lists the segment files of `dir`, sorted by id (log order).
-pub fn list_segments(dir: &Path) -> Result<Vec<(u64, PathBuf)>> {
-    let mut out = Vec::new();
-    let entries =
-        std::fs::read_dir(dir).map_err(|e| Error::io(format!("listing {}", dir.display()), e))?;
-    for entry in entries {
-        let entry = entry.map_err(|e| Error::io(format!("listing {}", dir.display()), e))?;
-        if let Some(id) = entry.file_name().to_str().and_then(parse_segment_file_name) {
-            out.push((id, entry.path()));
-        }
-    }
+pub fn list_segments(storage: &dyn Storage, dir: &Path) -> Result<Vec<(u64, PathBuf)>> {
+    let names = storage
+        .list(dir)
+        .map_err(|e| Error::io(format!("listing {}", dir.display()), e))?;
+    let mut out: Vec<(u64, PathBuf)> = names
+        .iter()
+        .filter_map(|name| Some((parse_segment_file_name(name)?, dir.join(name))))
+        .collect();
     out.sort_unstable_by_key(|(id, _)| *id);
     Ok(out)
 }
 
 /// Makes the directory's entries (created, renamed, removed files) durable.
-pub fn sync_dir(dir: &Path) -> Result<()> {
-    File::open(dir)
-        .and_then(|d| d.sync_all())
+pub fn sync_dir(storage: &dyn Storage, dir: &Path) -> Result<()> {
+    storage
+        .sync_dir(dir)
         .map_err(|e| Error::io(format!("fsyncing directory {}", dir.display()), e))
 }
 
@@ -120,16 +117,18 @@ pub fn sync_dir(dir: &Path) -> Result<()> {
 /// Crash safety: the header is written to a temporary file, fsynced, renamed to its final
 /// name and the directory fsynced, so a segment file under its final name always has a
 /// complete header, and it exists durably before any record in it is acknowledged.
-pub fn create_segment(dir: &Path, id: u64, first_lsn: u64, preallocate_bytes: u64) -> Result<File> {
+pub fn create_segment(
+    storage: &dyn Storage,
+    dir: &Path,
+    id: u64,
+    first_lsn: u64,
+    preallocate_bytes: u64,
+) -> Result<Box<dyn StorageFile>> {
     let path = segment_path(dir, id);
     let tmp = dir.join(format!("{}{TEMP_SUFFIX}", segment_file_name(id)));
     let ctx = |what: &str| format!("{what} segment {}", path.display());
-    let file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .open(&tmp)
+    let file = storage
+        .create(&tmp)
         .map_err(|e| Error::io(ctx("creating"), e))?;
     let header = SegmentHeader {
         id,
@@ -139,41 +138,19 @@ pub fn create_segment(dir: &Path, id: u64, first_lsn: u64, preallocate_bytes: u6
     .encode();
     file.write_all_at(&header, 0)
         .map_err(|e| Error::io(ctx("writing header of"), e))?;
-    preallocate(&file, SEGMENT_HEADER_BYTES as u64, preallocate_bytes)
+    preallocate(&*file, SEGMENT_HEADER_BYTES as u64, preallocate_bytes)
         .map_err(|e| Error::io(ctx("preallocating"), e))?;
-    file.sync_all().map_err(|e| Error::io(ctx("fsyncing"), e))?;
-    std::fs::rename(&tmp, &path).map_err(|e| Error::io(ctx("renaming"), e))?;
-    sync_dir(dir)?;
+    file.sync_data()
+        .map_err(|e| Error::io(ctx("fsyncing"), e))?;
+    storage
+        .rename(&tmp, &path)
+        .map_err(|e| Error::io(ctx("renaming"), e))?;
+    sync_dir(storage, dir)?;
     Ok(file)
 }
 
 /// Reserves `len` zeroed bytes at `offset` so later writes do not change the file size
-/// (fdatasync then need not write metadata). Falls back to writing zeros where the file
-/// system has no fallocate.
-pub fn preallocate(file: &File, offset: u64, len: u64) -> std::io::Result<()> {
-    use std::os::fd::AsRawFd;
-    if len == 0 {
-        return Ok(());
-    }
-    let (Ok(off), Ok(l)) = (libc::off_t::try_from(offset), libc::off_t::try_from(len)) else {
-        return Err(std::io::Error::other("preallocation range overflows off_t"));
-    };
-    // SAFETY: fallocate only reads its integer arguments; the descriptor is owned by `file`.
-    let rc = unsafe { libc::fallocate(file.as_raw_fd(), 0, off, l) };
-    if rc == 0 {
-        return Ok(());
-    }
-    let err = std::io::Error::last_os_error();
-    if err.raw_os_error() != Some(libc::EOPNOTSUPP) {
-        return Err(err);
-    }
-    const ZERO_CHUNK_BYTES: usize = 64 << 10;
-    let zeros = vec![0u8; ZERO_CHUNK_BYTES];
-    let mut at = offset;
-    while at < offset + len {
-        let n = (offset + len - at).min(ZERO_CHUNK_BYTES as u64) as usize;
-        file.write_all_at(&zeros[..n], at)?;
-        at += n as u64;
-    }
-    Ok(())
+/// (fdatasync then need not write metadata).
+pub fn preallocate(file: &dyn StorageFile, offset: u64, len: u64) -> std::io::Result<()> {
+    file.allocate(offset, len)
 }

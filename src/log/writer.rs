@@ -1,36 +1,92 @@
 //! The writer: appends records and shares fsyncs among concurrent appenders (group commit).
 //!
-//! Appenders reserve an LSN and a position under a short lock and queue their record.
-//! One of them becomes the leader: it takes the whole queue, writes it with one `write`
-//! per segment and one fdatasync, with the lock released, then wakes the others. Records
-//! queued meanwhile form the next batch. In `SyncMode::Always` a batch is written only
-//! after the previous one is durable, so at most one unsynced batch exists at a time.
+//! Appenders reserve an LSN and a position under a short lock and copy their payload into
+//! the queue's byte buffer (room for the header is left in front of it). One of them
+//! becomes the leader: it takes the whole queue, fills in the headers, writes it with one
+//! `write` per segment and one fdatasync, with the lock released, then wakes the others.
+//! Records queued meanwhile form the next batch. In `SyncMode::Always` a batch is written
+//! only after the previous one is durable, so at most one unsynced batch exists at a time.
+//!
+//! Wake-ups: waiters sleep on one of two condition variables, chosen by the parity of the
+//! batch that will satisfy them (the one in flight, or the next). A finishing leader wakes
+//! one waiter of the next batch first, to lead it, then every waiter of its own batch, so
+//! no thread wakes up only to find its record still pending.
+//!
+//! Preallocated space is written with zeros ahead of the data. On ext4 and XFS, space
+//! reserved by `fallocate` is an *unwritten* extent: the first write to each block turns
+//! it into a written one, a metadata change every fdatasync would have to write (one more
+//! device round trip per batch). Zeroing ahead, in large writes, makes that change once
+//! per [`ZERO_AHEAD_MIN_BYTES`] instead of once per batch.
 
-use std::fs::File;
-use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use parking_lot::{Condvar, Mutex};
+use parking_lot::{Condvar, Mutex, MutexGuard};
 
 use super::format::*;
 use super::record::{self, RecordHeader};
 use super::segment::{create_segment, preallocate};
 use super::{RecordPos, SyncMode};
 use crate::error::{Error, Result};
+use crate::storage::{Storage, StorageFile};
 
-/// A record waiting for a leader to write it.
+/// The writer zeroes preallocated space once fewer than this many zeroed bytes remain
+/// ahead of the data...
+const ZERO_AHEAD_MIN_BYTES: u64 = 512 << 10;
+/// ...up to this many bytes past the data.
+const ZERO_AHEAD_MAX_BYTES: u64 = 1 << 20;
+/// Zeros written per `pwrite` when zeroing ahead.
+static ZEROS: [u8; 64 << 10] = [0; 64 << 10];
+/// A batch's buffers are shrunk back to this many bytes after use (one huge batch should
+/// not pin its memory for the life of the log).
+const SPARE_BYTES_MAX: usize = 4 << 20;
+
+/// A record waiting for a leader to write it. Its bytes are in [`Batch::bytes`].
 struct Pending {
     lsn: u64,
     pos: RecordPos,
     kind: u8,
     payload_crc: u32,
-    payload: Vec<u8>,
+    payload_len: u32,
+}
+
+impl Pending {
+    fn record_bytes(&self) -> usize {
+        RECORD_HEADER_BYTES + self.payload_len as usize
+    }
+}
+
+/// Queued records, and their encoded bytes back to back in LSN order: each record is a
+/// header (zeros until the leader fills it in) followed by its payload.
+#[derive(Default)]
+struct Batch {
+    records: Vec<Pending>,
+    bytes: Vec<u8>,
+}
+
+impl Batch {
+    fn push(&mut self, pending: Pending, payload: &[u8]) {
+        self.bytes.extend_from_slice(&[0u8; RECORD_HEADER_BYTES]);
+        self.bytes.extend_from_slice(payload);
+        self.records.push(pending);
+    }
+
+    /// Empties the batch for reuse, keeping (bounded) capacity.
+    fn clear(&mut self) {
+        self.records.clear();
+        self.records
+            .shrink_to(SPARE_BYTES_MAX / std::mem::size_of::<Pending>());
+        self.bytes.clear();
+        self.bytes.shrink_to(SPARE_BYTES_MAX);
+    }
 }
 
 /// State shared by all appenders, behind one short-held lock.
 struct Shared {
-    queue: Vec<Pending>,
+    queue: Batch,
+    /// An empty batch with capacity, swapped in for the queue a leader takes.
+    spare: Batch,
     next_lsn: u64,
     /// Where the next record will go (planned at reservation time).
     tail: RecordPos,
@@ -39,21 +95,31 @@ struct Shared {
     /// Every LSN below this one is durable.
     durable_lsn: u64,
     leader_active: bool,
+    /// Batches taken so far; while `leader_active`, the one in flight is number `taken`.
+    taken: u64,
+    /// The batch in flight holds every LSN below this one not written before it.
+    in_flight_end: u64,
+    /// Whether the batch in flight ends with an fdatasync.
+    in_flight_sync: bool,
     /// First write/fsync failure; the handle accepts nothing after it.
     poisoned: Option<String>,
 }
 
 /// The file side, touched only by the current leader.
 struct Io {
+    storage: Arc<dyn Storage>,
     dir: PathBuf,
-    file: File,
+    file: Box<dyn StorageFile>,
     segment_id: u64,
     write_pos: u64,
     /// Bytes of the segment that are preallocated (the file's length).
     allocated_end: u64,
+    /// Bytes of the segment written at least once (data or zeros): no unwritten extents.
+    zeroed_end: u64,
     /// Bytes of the segment known durable.
     synced_pos: u64,
     segment_bytes: u64,
+    /// For seal records.
     buf: Vec<u8>,
 }
 
@@ -69,8 +135,9 @@ pub(crate) struct Counters {
 
 /// Where the writer starts after recovery.
 pub(crate) struct WriterStart {
+    pub storage: Arc<dyn Storage>,
     pub dir: PathBuf,
-    pub file: File,
+    pub file: Box<dyn StorageFile>,
     pub segment_id: u64,
     pub write_pos: u64,
     pub file_bytes: u64,
@@ -81,7 +148,8 @@ pub(crate) struct WriterStart {
 /// The group-commit writer.
 pub(crate) struct Writer {
     shared: Mutex<Shared>,
-    wake: Condvar,
+    /// Waiters for batch number `n` sleep on `wake[n % 2]`.
+    wake: [Condvar; 2],
     io: Mutex<Io>,
     sync: SyncMode,
     segment_bytes: u64,
@@ -98,21 +166,28 @@ impl Writer {
         };
         Writer {
             shared: Mutex::new(Shared {
-                queue: Vec::new(),
+                queue: Batch::default(),
+                spare: Batch::default(),
                 next_lsn: start.next_lsn,
                 tail,
                 written_lsn: start.next_lsn,
                 durable_lsn: start.next_lsn,
                 leader_active: false,
+                taken: 0,
+                in_flight_end: start.next_lsn,
+                in_flight_sync: false,
                 poisoned: None,
             }),
-            wake: Condvar::new(),
+            wake: [Condvar::new(), Condvar::new()],
             io: Mutex::new(Io {
+                storage: start.storage,
                 dir: start.dir,
                 file: start.file,
                 segment_id: start.segment_id,
                 write_pos: start.write_pos,
                 allocated_end: start.file_bytes,
+                // What lies past the data is not known to be written; zero it again.
+                zeroed_end: start.write_pos,
                 synced_pos: start.write_pos,
                 segment_bytes: start.segment_bytes,
                 buf: Vec::new(),
@@ -139,7 +214,6 @@ impl Writer {
             });
         }
         let payload_crc = record::payload_crc(payload);
-        let payload = payload.to_vec();
         let mut shared = self.shared.lock();
         if let Some(cause) = &shared.poisoned {
             return Err(Error::Poisoned {
@@ -149,13 +223,17 @@ impl Writer {
         let lsn = shared.next_lsn;
         let pos = reserve(&mut shared.tail, payload.len() as u64, self.segment_bytes);
         shared.next_lsn += 1;
-        shared.queue.push(Pending {
-            lsn,
-            pos,
-            kind,
-            payload_crc,
+        shared.queue.push(
+            Pending {
+                lsn,
+                pos,
+                kind,
+                payload_crc,
+                // Fits: payloads are at most SEGMENT_BYTES_MAX (2^31) bytes.
+                payload_len: payload.len() as u32,
+            },
             payload,
-        });
+        );
         self.counters.appends.fetch_add(1, Ordering::Relaxed);
         let durable = matches!(self.sync, SyncMode::Always);
         self.drive(shared, lsn + 1, durable)?;
@@ -173,7 +251,7 @@ impl Writer {
     /// leading batches while no one else does.
     fn drive<'a>(
         &'a self,
-        mut shared: parking_lot::MutexGuard<'a, Shared>,
+        mut shared: MutexGuard<'a, Shared>,
         target: u64,
         durable: bool,
     ) -> Result<()> {
@@ -192,35 +270,66 @@ impl Writer {
                 });
             }
             if shared.leader_active {
-                self.wake.wait(&mut shared);
+                // Everything queued now goes into the next batch; the one in flight
+                // suffices if it holds `target - 1` and syncs when durability is wanted.
+                let in_flight_suffices =
+                    target <= shared.in_flight_end && (!durable || shared.in_flight_sync);
+                let batch_no = shared.taken + u64::from(!in_flight_suffices);
+                self.wake[parity(batch_no)].wait(&mut shared);
                 continue;
             }
             shared.leader_active = true;
-            let batch = std::mem::take(&mut shared.queue);
+            shared.taken += 1;
+            let batch_no = shared.taken;
             let sync = durable || matches!(self.sync, SyncMode::Always);
+            shared.in_flight_end = shared.next_lsn;
+            shared.in_flight_sync = sync;
+            let spare = std::mem::take(&mut shared.spare);
+            let mut batch = std::mem::replace(&mut shared.queue, spare);
             drop(shared);
-            let outcome = self.io.lock().write_batch(&batch, sync, self);
+            let outcome = self.io.lock().write_batch(&mut batch, sync, self);
             shared = self.shared.lock();
             shared.leader_active = false;
             match outcome {
                 Ok(durable_through) => {
-                    if let Some(last) = batch.last() {
+                    if let Some(last) = batch.records.last() {
                         shared.written_lsn = last.lsn + 1;
                     }
                     if durable_through {
                         shared.durable_lsn = shared.written_lsn;
                     }
+                    batch.clear();
+                    shared.spare = batch;
                 }
                 Err(e) => {
                     tracing_fsync_error(&e);
                     shared.poisoned = Some(e.to_string());
-                    self.wake.notify_all();
+                    for cv in &self.wake {
+                        cv.notify_all();
+                    }
                     return Err(e);
                 }
             }
-            self.wake.notify_all();
+            // First the next leader, so the disk gets the next batch without delay; then
+            // the waiters this batch satisfied.
+            let next = &self.wake[parity(batch_no + 1)];
+            if matches!(self.sync, SyncMode::Always) {
+                // Every batch syncs, so no waiter of the next batch is satisfied by this
+                // one: the thread woken leads, or finds a leader that will wake it.
+                next.notify_one();
+            } else {
+                // A waiter of the next batch may be satisfied by this one (a flush whose
+                // records this unsynced batch made durable by rotating) and leave without
+                // leading; wake them all so that someone takes the queue.
+                next.notify_all();
+            }
+            self.wake[parity(batch_no)].notify_all();
         }
     }
+}
+
+fn parity(batch_no: u64) -> usize {
+    (batch_no % 2) as usize
 }
 
 fn tracing_fsync_error(e: &Error) {
@@ -247,11 +356,24 @@ fn reserve(tail: &mut RecordPos, payload_bytes: u64, segment_bytes: u64) -> Reco
     pos
 }
 
+/// Writes the encoded header of a record into `out` (the record's first
+/// `RECORD_HEADER_BYTES` bytes), exactly as [`record::encode_into`] lays it out.
+fn put_header(out: &mut [u8], header: &RecordHeader, payload_crc: u32) {
+    let crc = header.checksum(payload_crc, u64::from(header.payload_len));
+    out[REC_CRC_OFFSET..][..4].copy_from_slice(&crc.to_le_bytes());
+    out[REC_LEN_OFFSET..][..4].copy_from_slice(&header.payload_len.to_le_bytes());
+    out[REC_LSN_OFFSET..][..8].copy_from_slice(&header.lsn.to_le_bytes());
+    out[REC_KIND_OFFSET] = header.kind;
+    out[REC_FLAGS_OFFSET] = header.flags;
+    out[REC_RESERVED_OFFSET..RECORD_HEADER_BYTES].fill(0);
+}
+
 impl Io {
     /// Writes `batch` (consecutive LSNs, positions planned by `reserve`); syncs if asked.
     /// Returns whether everything written so far is durable.
-    fn write_batch(&mut self, batch: &[Pending], sync: bool, w: &Writer) -> Result<bool> {
-        let mut rest = batch;
+    fn write_batch(&mut self, batch: &mut Batch, sync: bool, w: &Writer) -> Result<bool> {
+        let mut rest = &batch.records[..];
+        let mut bytes = &mut batch.bytes[..];
         while let Some(first) = rest.first() {
             if first.pos.segment_id != self.segment_id {
                 self.rotate(first.pos.segment_id, first.lsn, w)?;
@@ -260,8 +382,11 @@ impl Io {
                 .iter()
                 .take_while(|p| p.pos.segment_id == self.segment_id)
                 .count();
-            self.write_run(&rest[..run], w)?;
+            let run_bytes = rest[..run].iter().map(Pending::record_bytes).sum();
+            let (these, others) = std::mem::take(&mut bytes).split_at_mut(run_bytes);
+            self.write_run(&rest[..run], these, w)?;
             rest = &rest[run..];
+            bytes = others;
             if sync || !rest.is_empty() {
                 // Invariant (Always mode): at most one unsynced batch exists.
                 self.sync(w)?;
@@ -273,15 +398,16 @@ impl Io {
         Ok(self.synced_pos == self.write_pos)
     }
 
-    /// Writes records of one segment as one batch with one `write`.
-    fn write_run(&mut self, run: &[Pending], w: &Writer) -> Result<()> {
-        self.buf.clear();
+    /// Writes records of one segment (`bytes`: their encoded bytes, headers still to be
+    /// filled in) as one batch with one `write`.
+    fn write_run(&mut self, run: &[Pending], bytes: &mut [u8], w: &Writer) -> Result<()> {
         let durable_before = self.synced_pos == self.write_pos;
+        let mut at = 0usize;
         for (i, p) in run.iter().enumerate() {
             // Invariant: the leader writes exactly where reservation planned.
             assert_eq!(
                 p.pos.offset,
-                self.write_pos + self.buf.len() as u64,
+                self.write_pos + at as u64,
                 "planned position drifted"
             );
             let mut flags = 0;
@@ -295,36 +421,77 @@ impl Io {
                 flags |= FLAG_BATCH_END;
             }
             let header = RecordHeader {
-                payload_len: p.payload.len() as u32,
+                payload_len: p.payload_len,
                 lsn: p.lsn,
                 kind: p.kind,
                 flags,
             };
-            record::encode_into(&mut self.buf, &header, p.payload_crc, &p.payload);
+            put_header(&mut bytes[at..], &header, p.payload_crc);
+            at += p.record_bytes();
         }
-        self.write_buf(w)?;
+        debug_assert_eq!(at, bytes.len(), "run bytes match its records");
+        self.write_at_end(bytes, true, w)?;
         w.counters.batches.fetch_add(1, Ordering::Relaxed);
         Ok(())
     }
 
-    fn write_buf(&mut self, w: &Writer) -> Result<()> {
-        let end = self.write_pos + self.buf.len() as u64;
+    /// Writes `bytes` at `write_pos`, then zeroes ahead if asked and it is time to.
+    fn write_at_end(&mut self, bytes: &[u8], zero_ahead: bool, w: &Writer) -> Result<()> {
+        let end = self.write_pos + bytes.len() as u64;
         assert!(end <= self.segment_bytes, "write past the segment's end");
-        if end > self.allocated_end {
-            let grow_to = (self.allocated_end + PREALLOCATE_BYTES)
-                .max(end)
-                .min(self.segment_bytes);
-            preallocate(&self.file, self.allocated_end, grow_to - self.allocated_end)
-                .map_err(|e| self.err("preallocating", e))?;
-            self.allocated_end = grow_to;
-        }
+        self.allocate_through(end)?;
         self.file
-            .write_all_at(&self.buf, self.write_pos)
+            .write_all_at(bytes, self.write_pos)
             .map_err(|e| self.err("writing", e))?;
         self.write_pos = end;
+        self.zeroed_end = self.zeroed_end.max(end);
         w.counters
             .bytes_written
-            .fetch_add(self.buf.len() as u64, Ordering::Relaxed);
+            .fetch_add(bytes.len() as u64, Ordering::Relaxed);
+        if zero_ahead {
+            self.zero_ahead()?;
+        }
+        Ok(())
+    }
+
+    /// Makes sure the file is preallocated through `end` (a multiple of
+    /// `PREALLOCATE_BYTES` past the current length, within the segment).
+    fn allocate_through(&mut self, end: u64) -> Result<()> {
+        if end <= self.allocated_end {
+            return Ok(());
+        }
+        let grow_to = (self.allocated_end + PREALLOCATE_BYTES)
+            .max(end)
+            .min(self.segment_bytes);
+        preallocate(
+            &*self.file,
+            self.allocated_end,
+            grow_to - self.allocated_end,
+        )
+        .map_err(|e| self.err("preallocating", e))?;
+        self.allocated_end = grow_to;
+        Ok(())
+    }
+
+    /// Writes zeros past the data when fewer than `ZERO_AHEAD_MIN_BYTES` are zeroed, so
+    /// later batches land on written (not unwritten) extents. The zeros go only past
+    /// `write_pos` and within the segment; the next fdatasync makes them durable.
+    fn zero_ahead(&mut self) -> Result<()> {
+        let from = self.zeroed_end.max(self.write_pos);
+        let to = (self.write_pos + ZERO_AHEAD_MAX_BYTES).min(self.segment_bytes);
+        if from >= to || from >= self.write_pos + ZERO_AHEAD_MIN_BYTES {
+            return Ok(());
+        }
+        self.allocate_through(to)?;
+        let mut at = from;
+        while at < to {
+            let n = (to - at).min(ZEROS.len() as u64) as usize;
+            self.file
+                .write_all_at(&ZEROS[..n], at)
+                .map_err(|e| self.err("zeroing preallocated space in", e))?;
+            at += n as u64;
+        }
+        self.zeroed_end = to;
         Ok(())
     }
 
@@ -342,7 +509,8 @@ impl Io {
             self.segment_id + 1,
             "segments are created in order"
         );
-        self.buf.clear();
+        let mut buf = std::mem::take(&mut self.buf);
+        buf.clear();
         let mut flags = FLAG_BATCH_START | FLAG_BATCH_END;
         if self.synced_pos == self.write_pos {
             flags |= FLAG_DURABLE_BEFORE;
@@ -354,19 +522,18 @@ impl Io {
             flags,
         };
         let payload = next_id.to_le_bytes();
-        record::encode_into(
-            &mut self.buf,
-            &header,
-            record::payload_crc(&payload),
-            &payload,
-        );
-        self.write_buf(w)?;
+        record::encode_into(&mut buf, &header, record::payload_crc(&payload), &payload);
+        // Nothing follows a seal: no zeroing ahead (nor preallocating for it).
+        let written = self.write_at_end(&buf, false, w);
+        self.buf = buf;
+        written?;
         self.sync(w)?;
         let prealloc = PREALLOCATE_BYTES.min(self.segment_bytes) - SEGMENT_HEADER_BYTES as u64;
-        self.file = create_segment(&self.dir, next_id, next_lsn, prealloc)?;
+        self.file = create_segment(&*self.storage, &self.dir, next_id, next_lsn, prealloc)?;
         self.segment_id = next_id;
         self.write_pos = SEGMENT_HEADER_BYTES as u64;
         self.synced_pos = self.write_pos;
+        self.zeroed_end = self.write_pos;
         self.allocated_end = SEGMENT_HEADER_BYTES as u64 + prealloc;
         w.active_segment.store(next_id, Ordering::Release);
         w.counters.rotations.fetch_add(1, Ordering::Relaxed);
@@ -386,5 +553,63 @@ impl Io {
             ),
             e,
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn put_header_matches_encode_into() {
+        for (payload, lsn, kind, flags) in [
+            (
+                &b""[..],
+                1,
+                1,
+                FLAG_BATCH_START | FLAG_BATCH_END | FLAG_DURABLE_BEFORE,
+            ),
+            (&b"hello"[..], u64::MAX - 1, KIND_USER_MAX, FLAG_BATCH_START),
+            (&[0xA5u8; 300][..], 1 << 40, KIND_SEAL, FLAG_BATCH_END),
+            (&[0u8; 4096][..], 7, 3, 0),
+        ] {
+            let header = RecordHeader {
+                payload_len: payload.len() as u32,
+                lsn,
+                kind,
+                flags,
+            };
+            let crc = record::payload_crc(payload);
+            let mut expected = Vec::new();
+            record::encode_into(&mut expected, &header, crc, payload);
+            let mut got = vec![0xFFu8; RECORD_HEADER_BYTES];
+            put_header(&mut got, &header, crc);
+            got.extend_from_slice(payload);
+            assert_eq!(got, expected);
+        }
+    }
+
+    #[test]
+    fn batch_bytes_are_records_back_to_back() {
+        let mut b = Batch::default();
+        for (lsn, payload) in [(1u64, &b"ab"[..]), (2, &b""[..]), (3, &b"xyz"[..])] {
+            let pos = RecordPos {
+                segment_id: 1,
+                offset: 0,
+            };
+            let pending = Pending {
+                lsn,
+                pos,
+                kind: 1,
+                payload_crc: record::payload_crc(payload),
+                payload_len: payload.len() as u32,
+            };
+            b.push(pending, payload);
+        }
+        let total: usize = b.records.iter().map(Pending::record_bytes).sum();
+        assert_eq!(total, b.bytes.len());
+        assert_eq!(&b.bytes[RECORD_HEADER_BYTES..][..2], b"ab");
+        b.clear();
+        assert!(b.records.is_empty() && b.bytes.is_empty());
     }
 }

@@ -142,15 +142,9 @@ pub(crate) fn run_pass(inner: &Inner, force: bool) -> Result<CompactionReport> {
 }
 
 fn sealed_sizes(log: &Log, active: u64) -> Result<Vec<(u64, u64)>> {
-    Ok(log
-        .segment_ids()?
-        .into_iter()
-        .filter(|id| *id < active)
-        .map(|id| {
-            let path = crate::log::segment::segment_path(log.dir(), id);
-            (id, std::fs::metadata(path).map_or(0, |m| m.len()))
-        })
-        .collect())
+    let mut sizes = log.segment_sizes()?;
+    sizes.retain(|(id, _)| *id < active);
+    Ok(sizes)
 }
 
 /// The last segment of the prefix to compact, if any is worth it.

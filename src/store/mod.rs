@@ -26,6 +26,7 @@ use crate::log::format::RECORD_HEADER_BYTES;
 use crate::log::segment::segment_path;
 use crate::log::{Log, RecordPos, RecordRef, RecoveryMode};
 use crate::state::{AgentState, State};
+use crate::storage::{RealStorage, Storage};
 
 /// A store of agent tasks and their checkpoints. Cheap to clone; share it across threads.
 ///
@@ -80,10 +81,20 @@ impl<S: State> Store<S> {
 
     /// Opens (or creates) the store in `dir` with `options`.
     pub fn open_with(dir: impl AsRef<Path>, options: Options) -> Result<Self> {
+        Self::open_on(Arc::new(RealStorage), dir, options)
+    }
+
+    /// Like [`open_with`](Self::open_with), on the given storage (tests run the engine on
+    /// a simulated one to inject crashes and I/O errors).
+    pub fn open_on(
+        storage: Arc<dyn Storage>,
+        dir: impl AsRef<Path>,
+        options: Options,
+    ) -> Result<Self> {
         validate_options(&options)?;
         let dir = dir.as_ref();
         Self::recover(dir, options, |visit| {
-            Log::open_with(dir, options.log_options(), visit)
+            Log::open_on(storage, dir, options.log_options(), visit)
         })
     }
 
@@ -98,10 +109,19 @@ impl<S: State> Store<S> {
     /// `Salvage` to read a damaged store) and retention; durability and compaction
     /// options are irrelevant to a reader.
     pub fn open_read_only_with(dir: impl AsRef<Path>, options: Options) -> Result<Self> {
+        Self::open_read_only_on(Arc::new(RealStorage), dir, options)
+    }
+
+    /// Like [`open_read_only_with`](Self::open_read_only_with), on the given storage.
+    pub fn open_read_only_on(
+        storage: Arc<dyn Storage>,
+        dir: impl AsRef<Path>,
+        options: Options,
+    ) -> Result<Self> {
         validate_options(&options)?;
         let dir = dir.as_ref();
         Self::recover(dir, options, |visit| {
-            Log::open_read_only(dir, options.log_options(), visit)
+            Log::open_read_only_on(storage, dir, options.log_options(), visit)
         })
     }
 
@@ -521,7 +541,8 @@ impl<S: State> Store<S> {
             tasks += u64::from(!d.checkpoints.is_empty() || !d.calls.is_empty());
             checkpoints += d.checkpoints.len() as u64;
         });
-        let (segments, disk_bytes) = disk_usage(self.dir());
+        let sizes = self.inner.log.segment_sizes().unwrap_or_default();
+        let (segments, disk_bytes) = (sizes.len() as u64, sizes.iter().map(|(_, b)| b).sum());
         let log_bytes = self.inner.report.bytes + log.bytes_written;
         Stats {
             commits: self.inner.commits.load(Ordering::Relaxed),
@@ -564,18 +585,6 @@ impl<S: State> Store<S> {
             }
         }
     }
-}
-
-fn disk_usage(dir: &Path) -> (u64, u64) {
-    let Ok(segments) = crate::log::segment::list_segments(dir) else {
-        return (0, 0);
-    };
-    let bytes = segments
-        .iter()
-        .filter_map(|(_, p)| std::fs::metadata(p).ok())
-        .map(|m| m.len())
-        .sum();
-    (segments.len() as u64, bytes)
 }
 
 pub(crate) fn now_ms() -> u64 {

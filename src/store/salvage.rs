@@ -13,7 +13,11 @@ use crate::log::record::parse_header;
 /// whose record is unreadable is reported only as a skipped range.
 pub(crate) fn name_skipped_checkpoints(log: &Log, index: &Index, lost: &mut Vec<LostCheckpoints>) {
     for range in &log.recovery().skipped {
-        let Ok(bytes) = std::fs::read(&range.segment) else {
+        let read = log
+            .storage()
+            .open(&range.segment, false)
+            .and_then(|f| f.read_all());
+        let Ok(bytes) = read else {
             continue;
         };
         let start = range.offset as usize;

@@ -1,0 +1,182 @@
+//! The storage seam: the few file operations the engine uses, behind a trait, so the
+//! same engine runs on the real file system ([`RealStorage`], the default) or on a
+//! simulated one that tests use to inject crashes and I/O errors.
+//!
+//! The trait is object-safe and called through `Arc<dyn Storage>`: one virtual call per
+//! write or fsync, which costs nothing next to the system call behind it.
+
+pub mod sim;
+
+use std::fmt::Debug;
+use std::fs::{File, OpenOptions, TryLockError};
+use std::io;
+use std::ops::Deref;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+use std::sync::Arc;
+
+/// An open file.
+pub trait StorageFile: Send + Sync {
+    /// Reads exactly `buf.len()` bytes at `offset` (`UnexpectedEof` past the end).
+    fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()>;
+    /// Writes all of `buf` at `offset`, extending the file if needed.
+    fn write_all_at(&self, buf: &[u8], offset: u64) -> io::Result<()>;
+    /// Reserves `len` zeroed bytes at `offset` (the file grows to at least `offset + len`).
+    fn allocate(&self, offset: u64, len: u64) -> io::Result<()>;
+    /// Makes the file's data (and the size needed to read it) durable: fdatasync.
+    fn sync_data(&self) -> io::Result<()>;
+    /// The file's length in bytes.
+    fn len(&self) -> io::Result<u64>;
+    /// Whether the file is empty.
+    fn is_empty(&self) -> io::Result<bool> {
+        Ok(self.len()? == 0)
+    }
+    /// Reads the whole file.
+    fn read_all(&self) -> io::Result<Vec<u8>> {
+        let mut buf = vec![0u8; usize::try_from(self.len()?).map_err(io::Error::other)?];
+        self.read_exact_at(&mut buf, 0)?;
+        Ok(buf)
+    }
+}
+
+/// A read-only view of a whole file, for example a memory map.
+pub type FileView = Arc<dyn Deref<Target = [u8]> + Send + Sync>;
+
+/// A lock held on a file until dropped.
+pub type LockGuard = Box<dyn Send + Sync>;
+
+/// The file-system operations agentwal performs.
+pub trait Storage: Send + Sync + Debug {
+    /// Creates a directory and its parents.
+    fn create_dir_all(&self, dir: &Path) -> io::Result<()>;
+    /// Whether `path` is an existing directory.
+    fn is_dir(&self, path: &Path) -> bool;
+    /// Names of the entries of `dir`.
+    fn list(&self, dir: &Path) -> io::Result<Vec<String>>;
+    /// Creates (or truncates) a file for reading and writing.
+    fn create(&self, path: &Path) -> io::Result<Box<dyn StorageFile>>;
+    /// Opens an existing file.
+    fn open(&self, path: &Path, writable: bool) -> io::Result<Box<dyn StorageFile>>;
+    /// Renames a file (atomically replacing `to`).
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()>;
+    /// Deletes a file.
+    fn remove(&self, path: &Path) -> io::Result<()>;
+    /// Makes the directory's entries (created, renamed, removed files) durable.
+    fn sync_dir(&self, dir: &Path) -> io::Result<()>;
+    /// Takes an exclusive lock on `path` (created if missing); `Ok(None)` if another
+    /// holder has it.
+    fn try_lock(&self, path: &Path) -> io::Result<Option<LockGuard>>;
+    /// A read-only view of a file that is never written again, if the storage offers a
+    /// cheaper one than reading (the real one memory-maps it).
+    fn view(&self, path: &Path) -> io::Result<Option<FileView>> {
+        let _ = path;
+        Ok(None)
+    }
+}
+
+/// The operating system's file system.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct RealStorage;
+
+struct RealFile(File);
+
+impl StorageFile for RealFile {
+    fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        self.0.read_exact_at(buf, offset)
+    }
+    fn write_all_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        self.0.write_all_at(buf, offset)
+    }
+    fn allocate(&self, offset: u64, len: u64) -> io::Result<()> {
+        fallocate(&self.0, offset, len)
+    }
+    fn sync_data(&self) -> io::Result<()> {
+        self.0.sync_data()
+    }
+    fn len(&self) -> io::Result<u64> {
+        Ok(self.0.metadata()?.len())
+    }
+}
+
+impl Storage for RealStorage {
+    fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
+        std::fs::create_dir_all(dir)
+    }
+    fn is_dir(&self, path: &Path) -> bool {
+        path.is_dir()
+    }
+    fn list(&self, dir: &Path) -> io::Result<Vec<String>> {
+        std::fs::read_dir(dir)?
+            .map(|e| e.map(|e| e.file_name().to_string_lossy().into_owned()))
+            .collect()
+    }
+    fn create(&self, path: &Path) -> io::Result<Box<dyn StorageFile>> {
+        let f = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(path)?;
+        Ok(Box::new(RealFile(f)))
+    }
+    fn open(&self, path: &Path, writable: bool) -> io::Result<Box<dyn StorageFile>> {
+        let f = OpenOptions::new().read(true).write(writable).open(path)?;
+        Ok(Box::new(RealFile(f)))
+    }
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        std::fs::rename(from, to)
+    }
+    fn remove(&self, path: &Path) -> io::Result<()> {
+        std::fs::remove_file(path)
+    }
+    fn sync_dir(&self, dir: &Path) -> io::Result<()> {
+        File::open(dir)?.sync_all()
+    }
+    fn try_lock(&self, path: &Path) -> io::Result<Option<LockGuard>> {
+        let file = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(path)?;
+        match file.try_lock() {
+            Ok(()) => Ok(Some(Box::new(file))),
+            Err(TryLockError::WouldBlock) => Ok(None),
+            Err(TryLockError::Error(e)) => Err(e),
+        }
+    }
+    fn view(&self, path: &Path) -> io::Result<Option<FileView>> {
+        let file = File::open(path)?;
+        // SAFETY: agentwal views only sealed segments, which are never written or
+        // truncated again; deleting or replacing the file leaves the mapping valid.
+        let map = unsafe { memmap2::Mmap::map(&file)? };
+        Ok(Some(Arc::new(map)))
+    }
+}
+
+/// fallocate, or zeros written where the file system has none.
+fn fallocate(file: &File, offset: u64, len: u64) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    if len == 0 {
+        return Ok(());
+    }
+    let (Ok(off), Ok(l)) = (libc::off_t::try_from(offset), libc::off_t::try_from(len)) else {
+        return Err(io::Error::other("preallocation range overflows off_t"));
+    };
+    // SAFETY: fallocate only reads its integer arguments; the descriptor is owned by `file`.
+    if unsafe { libc::fallocate(file.as_raw_fd(), 0, off, l) } == 0 {
+        return Ok(());
+    }
+    let err = io::Error::last_os_error();
+    if err.raw_os_error() != Some(libc::EOPNOTSUPP) {
+        return Err(err);
+    }
+    const ZERO_CHUNK_BYTES: usize = 64 << 10;
+    let zeros = vec![0u8; ZERO_CHUNK_BYTES];
+    let mut at = offset;
+    while at < offset + len {
+        let n = (offset + len - at).min(ZERO_CHUNK_BYTES as u64) as usize;
+        file.write_all_at(&zeros[..n], at)?;
+        at += n as u64;
+    }
+    Ok(())
+}
