@@ -1,0 +1,191 @@
+//! Store-level figures the issues ask for, measured side by side in one run:
+//! - `load_latest` of a 200-step task next to decoding the same state from one blob;
+//! - write amplification (log bytes / delta bytes) and read amplification of a load
+//!   (record bytes read / snapshot size of the state);
+//! - commit latency p50/p99 with and without a concurrent compaction.
+//!
+//! `cargo bench --bench store` (AGENTWAL_BENCH_QUICK=1 for a short run).
+
+use std::time::{Duration, Instant};
+
+use agentwal::{AgentDelta, AgentState, Message, Options, Store};
+
+fn text(seed: u64, len: usize) -> String {
+    let mut x = seed
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (b'a' + (x % 26) as u8) as char
+        })
+        .collect()
+}
+
+/// One agent step: an assistant message with a tool call (~300 B), a tool result (~1.5 KB)
+/// and three variables.
+fn step(task: u64, i: u64) -> AgentDelta {
+    let call = format!("call-{task}-{i}");
+    AgentDelta::default()
+        .message(
+            Message::assistant(text(task * 1000 + i, 240)).with_tool_call(
+                &call,
+                "search",
+                text(i, 40),
+            ),
+        )
+        .message(Message::tool(&call, text(task * 7 + i, 1500)))
+        .set("phase", if i % 2 == 0 { "plan" } else { "act" })
+        .set("step", i as i64)
+        .set("last_tool", "search")
+}
+
+fn median(mut v: Vec<Duration>) -> Duration {
+    v.sort_unstable();
+    v[v.len() / 2]
+}
+
+fn percentile(v: &mut [Duration], p: f64) -> Duration {
+    v.sort_unstable();
+    v[((v.len() as f64 * p) as usize).min(v.len() - 1)]
+}
+
+fn bench_dir(name: &str) -> tempfile::TempDir {
+    // Under target/ so the figures come from the real disk, not a tmpfs.
+    let base = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/bench-stores");
+    std::fs::create_dir_all(&base).expect("bench dir");
+    tempfile::Builder::new()
+        .prefix(name)
+        .tempdir_in(base)
+        .expect("tempdir")
+}
+
+fn load_vs_blob(rounds: usize) {
+    let dir = bench_dir("load");
+    let store: Store = Store::open(dir.path()).expect("open");
+    let mut delta_bytes = 0u64;
+    for i in 1..=200 {
+        let d = step(1, i);
+        delta_bytes += postcard::to_allocvec(&d).expect("encode").len() as u64;
+        store.commit("task", &d).expect("commit");
+    }
+    let state = store
+        .load_latest("task")
+        .expect("load")
+        .expect("exists")
+        .state;
+    let blob = postcard::to_allocvec(&state).expect("encode");
+    let (mut load, mut decode) = (Vec::new(), Vec::new());
+    for _ in 0..rounds {
+        let t = Instant::now();
+        let cp = store.load_latest("task").expect("load").expect("exists");
+        load.push(t.elapsed());
+        assert_eq!(cp.seq, 200);
+        let t = Instant::now();
+        let s: AgentState = postcard::from_bytes(&blob).expect("decode");
+        decode.push(t.elapsed());
+        assert_eq!(s.messages.len(), 400);
+    }
+    let infos = store.list_checkpoints("task").expect("list");
+    let base = infos.iter().rposition(|c| c.snapshot).unwrap_or(0);
+    let read_bytes: u64 = infos[base..].iter().map(|c| c.bytes).sum();
+    let written = store.stats().bytes_written;
+    let (l, d) = (median(load), median(decode));
+    println!("## load_latest of a 200-step task ({rounds} rounds, medians, interleaved)\n");
+    println!("| figure | value |\n|---|---:|");
+    println!("| load_latest p50 | {l:?} |");
+    println!("| decode the same state from one postcard blob, p50 | {d:?} |");
+    println!(
+        "| ratio load / blob decode | {:.2}× |",
+        l.as_secs_f64() / d.as_secs_f64()
+    );
+    println!("| state size (postcard) | {} B |", blob.len());
+    println!(
+        "| records a load reads (snapshot at seq {} + {} deltas) | {} B |",
+        infos[base].seq,
+        infos.len() - base - 1,
+        read_bytes
+    );
+    println!(
+        "| read amplification (record bytes read / state size) | {:.2}× |",
+        read_bytes as f64 / blob.len() as f64
+    );
+    println!(
+        "| write amplification (log bytes written / delta bytes) | {:.2}× ({written} / {delta_bytes}) |",
+        written as f64 / delta_bytes as f64
+    );
+    println!(
+        "| snapshot records among 200 checkpoints | {} |\n",
+        infos.iter().filter(|c| c.snapshot).count()
+    );
+}
+
+fn commit_latency(with_compaction: bool, threads: u64, steps: u64) -> (Duration, Duration, u64) {
+    let dir = bench_dir("p99");
+    let opts = Options {
+        segment_bytes: 1 << 20,
+        keep_checkpoints: Some(8),
+        auto_compact: false,
+        ..Options::default()
+    };
+    let store: Store = Store::open_with(dir.path(), opts).expect("open");
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let mut lat = std::thread::scope(|s| {
+        let compactor = s.spawn(|| {
+            let mut passes = 0;
+            while with_compaction && !done.load(std::sync::atomic::Ordering::Relaxed) {
+                store.compact().expect("compact");
+                passes += 1;
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            passes
+        });
+        let writers: Vec<_> = (0..threads)
+            .map(|t| {
+                let store = store.clone();
+                s.spawn(move || {
+                    let mut lat = Vec::new();
+                    for i in 1..=steps {
+                        let d = step(t, i);
+                        let start = Instant::now();
+                        store.commit(&format!("task-{t}"), &d).expect("commit");
+                        lat.push(start.elapsed());
+                    }
+                    lat
+                })
+            })
+            .collect();
+        let lat: Vec<Duration> = writers
+            .into_iter()
+            .flat_map(|w| w.join().expect("writer"))
+            .collect();
+        done.store(true, std::sync::atomic::Ordering::Relaxed);
+        let passes = compactor.join().expect("compactor");
+        (lat, passes)
+    });
+    let p50 = percentile(&mut lat.0, 0.5);
+    let p99 = percentile(&mut lat.0, 0.99);
+    (p50, p99, lat.1)
+}
+
+fn main() {
+    if std::env::args().any(|a| a == "--list") {
+        return; // `cargo test --benches` probes with --list
+    }
+    let quick = std::env::var_os("AGENTWAL_BENCH_QUICK").is_some();
+    load_vs_blob(if quick { 20 } else { 300 });
+    let (threads, steps, rounds) = if quick { (4, 30, 1) } else { (8, 200, 3) };
+    println!(
+        "## commit latency, {threads} threads × {steps} steps, with and without a concurrent compaction ({rounds} alternating rounds)\n"
+    );
+    println!("| run | round | p50 | p99 | compaction passes |\n|---|---:|---:|---:|---:|");
+    for round in 1..=rounds {
+        for with in [false, true] {
+            let (p50, p99, passes) = commit_latency(with, threads, steps);
+            let name = if with { "with compaction" } else { "without" };
+            println!("| {name} | {round} | {p50:?} | {p99:?} | {passes} |");
+        }
+    }
+}
