@@ -37,7 +37,7 @@ fn step(task: u64, i: u64) -> AgentDelta {
             ),
         )
         .message(Message::tool(&call, text(task * 7 + i, 1500)))
-        .set("phase", if i % 2 == 0 { "plan" } else { "act" })
+        .set("phase", if i.is_multiple_of(2) { "plan" } else { "act" })
         .set("step", i as i64)
         .set("last_tool", "search")
 }
