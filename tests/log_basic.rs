@@ -173,3 +173,42 @@ fn bad_input_is_an_error_not_a_panic() {
         Err(Error::InvalidArgument(_))
     ));
 }
+
+#[test]
+fn reopening_with_smaller_segments_keeps_the_new_limit() {
+    let dir = tempfile::tempdir().unwrap();
+    let big = LogOptions {
+        segment_bytes: 1 << 20,
+        ..LogOptions::default()
+    };
+    let log = Log::open(dir.path(), big).unwrap();
+    for _ in 0..60 {
+        log.append(1, &[7u8; 10_000]).unwrap();
+    }
+    drop(log);
+    let log = Log::open(dir.path(), small()).unwrap();
+    // The limit is the new one, not the size of the reopened segment.
+    assert!(matches!(
+        log.append(1, &[1u8; 100_000]),
+        Err(Error::RecordTooLarge { .. })
+    ));
+    let a = log.append(1, b"after").unwrap();
+    assert_eq!(
+        a.pos.segment_id, 2,
+        "the reopened oversized segment is sealed"
+    );
+    for _ in 0..20 {
+        log.append(1, &[2u8; 1000]).unwrap();
+    }
+    drop(log);
+    for entry in std::fs::read_dir(dir.path()).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        let len = std::fs::metadata(&path).unwrap().len();
+        if name.ends_with(".wal") && name != format!("{:020}.wal", 1) {
+            assert!(len <= 4096, "{name} is {len} bytes");
+        }
+    }
+    let (_log, recs) = collect(dir.path(), small());
+    assert_eq!(recs.len(), 81);
+}

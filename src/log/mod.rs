@@ -666,11 +666,11 @@ fn reopen_tail(
         file,
         segment_id: last.id,
         write_pos: last.data_end,
-        // A segment written with a smaller segment_bytes stays valid; one larger than the
-        // current limit is sealed at the next rotation check.
+        // A segment written under a larger segment_bytes stays valid; the writer seals it
+        // at the next append and new segments take the current segment_bytes.
         file_bytes: last.file_bytes,
         next_lsn,
-        segment_bytes: segment_bytes.max(last.data_end + SEAL_RECORD_BYTES as u64),
+        segment_bytes,
     })
 }
 

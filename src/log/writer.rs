@@ -119,6 +119,9 @@ struct Io {
     /// Bytes of the segment known durable.
     synced_pos: u64,
     segment_bytes: u64,
+    /// Where the current segment ends: `segment_bytes`, or more for a segment reopened
+    /// after it was written with a larger `segment_bytes` (it is sealed at the next append).
+    segment_end: u64,
     /// For seal records.
     buf: Vec<u8>,
 }
@@ -190,6 +193,9 @@ impl Writer {
                 zeroed_end: start.write_pos,
                 synced_pos: start.write_pos,
                 segment_bytes: start.segment_bytes,
+                segment_end: start
+                    .segment_bytes
+                    .max(start.write_pos + SEAL_RECORD_BYTES as u64),
                 buf: Vec::new(),
             }),
             sync,
@@ -438,7 +444,7 @@ impl Io {
     /// Writes `bytes` at `write_pos`, then zeroes ahead if asked and it is time to.
     fn write_at_end(&mut self, bytes: &[u8], zero_ahead: bool, w: &Writer) -> Result<()> {
         let end = self.write_pos + bytes.len() as u64;
-        assert!(end <= self.segment_bytes, "write past the segment's end");
+        assert!(end <= self.segment_end, "write past the segment's end");
         self.allocate_through(end)?;
         self.file
             .write_all_at(bytes, self.write_pos)
@@ -462,7 +468,7 @@ impl Io {
         }
         let grow_to = (self.allocated_end + PREALLOCATE_BYTES)
             .max(end)
-            .min(self.segment_bytes);
+            .min(self.segment_end);
         preallocate(
             &*self.file,
             self.allocated_end,
@@ -478,7 +484,7 @@ impl Io {
     /// `write_pos` and within the segment; the next fdatasync makes them durable.
     fn zero_ahead(&mut self) -> Result<()> {
         let from = self.zeroed_end.max(self.write_pos);
-        let to = (self.write_pos + ZERO_AHEAD_MAX_BYTES).min(self.segment_bytes);
+        let to = (self.write_pos + ZERO_AHEAD_MAX_BYTES).min(self.segment_end);
         if from >= to || from >= self.write_pos + ZERO_AHEAD_MIN_BYTES {
             return Ok(());
         }
@@ -531,6 +537,7 @@ impl Io {
         let prealloc = PREALLOCATE_BYTES.min(self.segment_bytes) - SEGMENT_HEADER_BYTES as u64;
         self.file = create_segment(&*self.storage, &self.dir, next_id, next_lsn, prealloc)?;
         self.segment_id = next_id;
+        self.segment_end = self.segment_bytes;
         self.write_pos = SEGMENT_HEADER_BYTES as u64;
         self.synced_pos = self.write_pos;
         self.zeroed_end = self.write_pos;
