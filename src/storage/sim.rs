@@ -1,0 +1,850 @@
+//! A simulated [`Storage`] for crash and I/O-error tests: deterministic, in memory, and
+//! keeping what a power loss would keep apart from what the page cache shows.
+//!
+//! Each file is an inode with its *volatile* bytes (what reads see), its *durable* bytes
+//! (as of its last completed `sync_data`) and the changes made since. Directory entries
+//! are volatile until `sync_dir` of their directory makes them durable.
+//! [`SimStorage::crash_images`] lists disk images a power loss may leave (DESIGN.md §4);
+//! [`SimStorage::from_image`] boots a fresh storage from one.
+//!
+//! Every fallible call (all but `is_dir`) is an *operation*, numbered from 0:
+//! [`fail_at`](SimStorage::fail_at) makes one fail without effect (or all from it on),
+//! [`crash_after`](SimStorage::crash_after) cuts the power before one, and
+//! [`record`](SimStorage::record) logs them as [`SimOp`]s that
+//! [`apply`](SimStorage::apply) replays elsewhere. Renames stay in one directory.
+
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use parking_lot::{Mutex, MutexGuard};
+use serde::{Deserialize, Serialize};
+
+use super::{FileView, LockGuard, Storage, StorageFile};
+
+/// Sector size of the fault model: damage to unsynced data comes in these units.
+pub const SECTOR_BYTES: u64 = 512;
+/// Writes shorter than this are cut at every byte; longer ones at sector boundaries.
+pub const CUT_EVERY_BYTE_BELOW: usize = 1024;
+
+/// One storage operation as recorded: enough to replay its effect.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SimOp {
+    /// `create_dir_all(dir)`.
+    CreateDirAll(PathBuf),
+    /// `create(path)`: a new file with this inode, or the existing one truncated.
+    Create(PathBuf, u64),
+    /// `write_all_at(data, offset)` on an inode: (inode, offset, data).
+    Write(u64, u64, Vec<u8>),
+    /// `allocate`: the inode grows to at least this many bytes.
+    Allocate(u64, u64),
+    /// `sync_data` of an inode.
+    SyncData(u64),
+    /// `rename(from, to)`.
+    Rename(PathBuf, PathBuf),
+    /// `remove(path)`.
+    Remove(PathBuf),
+    /// `sync_dir(dir)`.
+    SyncDir(PathBuf),
+    /// A read, a lock, or an operation that failed: no effect on the disk.
+    NoEffect(String),
+}
+
+impl SimOp {
+    /// Whether replaying it changes the storage.
+    pub fn mutates(&self) -> bool {
+        !matches!(self, SimOp::NoEffect(_))
+    }
+}
+
+/// A disk image a crash may leave.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct SimImage {
+    /// Files and their bytes.
+    pub files: BTreeMap<PathBuf, Vec<u8>>,
+    /// Directories.
+    pub dirs: BTreeSet<PathBuf>,
+    /// How it was made (for failure messages).
+    pub label: String,
+}
+
+#[derive(Debug, Clone, Default)]
+struct Inode {
+    volatile: Vec<u8>,
+    durable: Vec<u8>,
+    /// `Create` (truncation), `Write` and `Allocate` since the last `sync_data`.
+    pending: Vec<SimOp>,
+}
+
+/// An entry change not yet durable: `from` unlinked (if it still names `ino`), `to` linked.
+#[derive(Debug, Clone)]
+struct DirOp {
+    from: Option<PathBuf>,
+    to: Option<PathBuf>,
+    ino: u64,
+}
+
+impl DirOp {
+    fn dir(&self) -> &Path {
+        parent(self.to.as_ref().or(self.from.as_ref()).expect("a path"))
+    }
+}
+
+#[derive(Debug, Clone, Default)]
+struct Fs {
+    inodes: BTreeMap<u64, Inode>,
+    entries: BTreeMap<PathBuf, u64>,
+    durable_entries: BTreeMap<PathBuf, u64>,
+    dir_pending: Vec<DirOp>,
+    /// Directories (durable once created: the engine fsyncs the parent right away).
+    dirs: BTreeSet<PathBuf>,
+    next_ino: u64,
+}
+
+fn parent(p: &Path) -> &Path {
+    p.parent().unwrap_or(Path::new(""))
+}
+
+impl Fs {
+    fn apply(&mut self, op: &SimOp) {
+        let link = |from: Option<&PathBuf>, to: Option<&PathBuf>, ino| {
+            let (from, to) = (from.cloned(), to.cloned());
+            Some(DirOp { from, to, ino })
+        };
+        let dir_op = match op {
+            SimOp::CreateDirAll(dir) => {
+                let new = dir.ancestors().filter(|d| !d.as_os_str().is_empty());
+                self.dirs.extend(new.map(Path::to_path_buf));
+                None
+            }
+            SimOp::Create(path, ino) => {
+                self.next_ino = self.next_ino.max(ino + 1);
+                let inode = self.inodes.entry(*ino).or_default();
+                inode.volatile.clear();
+                inode.pending.push(op.clone());
+                let old = self.entries.insert(path.clone(), *ino);
+                (old != Some(*ino))
+                    .then(|| link(None, Some(path), *ino))
+                    .flatten()
+            }
+            SimOp::Write(ino, _, _) | SimOp::Allocate(ino, _) => {
+                let inode = self.inodes.get_mut(ino).expect("inode exists");
+                land(&mut inode.volatile, op, &Land::Whole, true);
+                inode.pending.push(op.clone());
+                None
+            }
+            SimOp::SyncData(ino) => {
+                let inode = self.inodes.get_mut(ino).expect("inode exists");
+                inode.durable = inode.volatile.clone();
+                inode.pending.clear();
+                None
+            }
+            SimOp::Rename(from, to) => {
+                let ino = self.entries.remove(from).expect("renamed file exists");
+                self.entries.insert(to.clone(), ino);
+                link(Some(from), Some(to), ino)
+            }
+            SimOp::Remove(path) => {
+                let ino = self.entries.remove(path).expect("removed file exists");
+                link(Some(path), None, ino)
+            }
+            SimOp::SyncDir(dir) => {
+                self.durable_entries.retain(|p, _| parent(p) != dir);
+                let synced = self.entries.iter().filter(|(p, _)| parent(p) == dir);
+                self.durable_entries
+                    .extend(synced.map(|(p, i)| (p.clone(), *i)));
+                self.dir_pending.retain(|op| op.dir() != dir);
+                None
+            }
+            SimOp::NoEffect(_) => None,
+        };
+        self.dir_pending.extend(dir_op);
+    }
+
+    /// The image with the pending entry changes `keep_dir` selects, each pending file
+    /// change landing as `land_of` says.
+    fn image(
+        &self,
+        keep_dir: &mut dyn FnMut(usize) -> bool,
+        land_of: &mut dyn FnMut(u64, usize) -> Land,
+        powersafe: bool,
+        label: String,
+    ) -> SimImage {
+        let mut entries = self.durable_entries.clone();
+        for (_, op) in self
+            .dir_pending
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| keep_dir(*i))
+        {
+            if let Some(from) = &op.from {
+                if entries.get(from) != Some(&op.ino) {
+                    continue;
+                }
+                entries.remove(from);
+            }
+            if let Some(to) = &op.to {
+                entries.insert(to.clone(), op.ino);
+            }
+        }
+        let mut files = BTreeMap::new();
+        for (path, ino) in entries {
+            let inode = &self.inodes[&ino];
+            let mut buf = inode.durable.clone();
+            for (i, op) in inode.pending.iter().enumerate() {
+                land(&mut buf, op, &land_of(ino, i), powersafe);
+            }
+            files.insert(path, buf);
+        }
+        let dirs = self.dirs.clone();
+        SimImage { files, dirs, label }
+    }
+}
+
+fn write_at(buf: &mut Vec<u8>, offset: u64, data: &[u8]) {
+    let end = offset as usize + data.len();
+    if buf.len() < end {
+        buf.resize(end, 0);
+    }
+    buf[offset as usize..end].copy_from_slice(data);
+}
+
+/// How one pending file change lands in an image.
+#[derive(Debug, Clone)]
+enum Land {
+    Whole,
+    Dropped,
+    /// Only the first `n` bytes of the write.
+    Cut(usize),
+    /// Per sector of the write: 0 kept, 1 lost (old bytes), 2 zeros, 3 garbage (seeded).
+    Sectors(Vec<u8>, u64),
+}
+
+fn land(buf: &mut Vec<u8>, op: &SimOp, how: &Land, powersafe: bool) {
+    let (offset, data) = match (op, how) {
+        (_, Land::Dropped) => return,
+        (SimOp::Create(..), _) => return buf.clear(),
+        (SimOp::Allocate(_, len), _) => return buf.resize((*len as usize).max(buf.len()), 0),
+        (SimOp::Write(_, offset, data), _) => (*offset, data),
+        _ => unreachable!("not a file change"),
+    };
+    let fates = match how {
+        Land::Cut(n) => return write_at(buf, offset, &data[..*n]),
+        Land::Sectors(fates, seed) => (fates, seed),
+        _ => return write_at(buf, offset, data),
+    };
+    let mut rng = Rng(*fates.1);
+    let end = offset + data.len() as u64;
+    for (k, fate) in fates.0.iter().enumerate() {
+        let s = (offset / SECTOR_BYTES + k as u64) * SECTOR_BYTES;
+        let (lo, hi) = (s.max(offset), (s + SECTOR_BYTES).min(end));
+        let new = &data[(lo - offset) as usize..(hi - offset) as usize];
+        // Without powersafe overwrite, a damaged sector loses its old bytes too.
+        let (lo, hi) = match powersafe || *fate < 2 {
+            true => (lo, hi),
+            false => (s, (s + SECTOR_BYTES).min(end.max(buf.len() as u64))),
+        };
+        match fate {
+            0 => write_at(buf, lo, new),
+            2 => write_at(buf, lo, &vec![0; (hi - lo) as usize]),
+            3 => write_at(
+                buf,
+                lo,
+                &(lo..hi).map(|_| rng.next() as u8).collect::<Vec<_>>(),
+            ),
+            _ => {}
+        }
+    }
+}
+
+/// SplitMix64.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+}
+
+#[derive(Default)]
+struct State {
+    fs: Fs,
+    ops: u64,
+    fail: Option<(u64, bool)>,
+    crash_at: Option<u64>,
+    recording: Option<Vec<SimOp>>,
+    locks: HashSet<PathBuf>,
+    unsafe_overwrite: bool,
+    images: u64,
+}
+
+/// The simulated storage. Clones share one disk.
+#[derive(Clone, Default)]
+pub struct SimStorage(Arc<Mutex<State>>);
+
+impl std::fmt::Debug for SimStorage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "SimStorage {{ ops: {} }}", self.ops())
+    }
+}
+
+fn not_found(path: &Path) -> io::Error {
+    let why = format!("{}: not found", path.display());
+    io::Error::new(io::ErrorKind::NotFound, why)
+}
+
+fn all(_: usize) -> bool {
+    true
+}
+fn none(_: usize) -> bool {
+    false
+}
+fn whole(_: u64, _: usize) -> Land {
+    Land::Whole
+}
+fn dropped(_: u64, _: usize) -> Land {
+    Land::Dropped
+}
+
+/// The disk images of one crash point, built as they are taken (see
+/// [`SimStorage::crash_images`]); `nth` skips without building.
+pub struct CrashImages {
+    sim: SimStorage,
+    fs: Fs,
+    powersafe: bool,
+    plans: std::vec::IntoIter<Plan>,
+}
+
+impl Iterator for CrashImages {
+    type Item = SimImage;
+    fn next(&mut self) -> Option<SimImage> {
+        self.nth(0)
+    }
+    fn nth(&mut self, n: usize) -> Option<SimImage> {
+        let plan = self.plans.nth(n)?;
+        self.sim.0.lock().images += 1;
+        let (fs, ps) = (&self.fs, self.powersafe);
+        Some(match plan {
+            Plan::Durable => fs.image(&mut none, &mut dropped, ps, "durable".into()),
+            Plan::Volatile => fs.image(&mut all, &mut whole, ps, "volatile".into()),
+            Plan::Cut(ino, op, n) => {
+                let cut = &mut |i, j| match (i, j) == (ino, op) {
+                    true => Land::Cut(n),
+                    false => Land::Whole,
+                };
+                let label = format!("inode {ino} change {op} cut at {n}");
+                fs.image(&mut all, cut, ps, label)
+            }
+            Plan::Dirs(m) => {
+                let label = format!("directory changes {m:#b} of {}", fs.dir_pending.len());
+                fs.image(&mut |i| m & (1 << i) != 0, &mut whole, ps, label)
+            }
+            Plan::Sample(s) => sample(fs, s, ps),
+        })
+    }
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        self.plans.size_hint()
+    }
+}
+
+impl ExactSizeIterator for CrashImages {}
+
+enum Plan {
+    Durable,
+    Volatile,
+    Cut(u64, usize, usize),
+    Dirs(u32),
+    Sample(u64),
+}
+
+impl SimStorage {
+    /// An empty disk where only `/` exists.
+    pub fn new() -> Self {
+        Self::from_image(&SimImage::default())
+    }
+
+    /// A fresh storage whose disk is `image`, all of it durable.
+    pub fn from_image(image: &SimImage) -> Self {
+        let mut fs = Fs::default();
+        fs.dirs.insert(PathBuf::from("/"));
+        fs.dirs.extend(image.dirs.iter().cloned());
+        for (path, bytes) in &image.files {
+            let (volatile, durable) = (bytes.clone(), bytes.clone());
+            let pending = Vec::new();
+            fs.inodes.insert(
+                fs.next_ino,
+                Inode {
+                    volatile,
+                    durable,
+                    pending,
+                },
+            );
+            fs.entries.insert(path.clone(), fs.next_ino);
+            fs.next_ino += 1;
+        }
+        fs.durable_entries = fs.entries.clone();
+        SimStorage(Arc::new(Mutex::new(State {
+            fs,
+            ..State::default()
+        })))
+    }
+
+    /// Operations started so far (failed ones included).
+    pub fn ops(&self) -> u64 {
+        self.0.lock().ops
+    }
+
+    /// Makes operation `n` fail without effect, and every later one too if `persistent`.
+    pub fn fail_at(&self, n: u64, persistent: bool) {
+        self.0.lock().fail = Some((n, persistent));
+    }
+
+    /// Cuts the power before operation `n`: it and every later one fail without effect,
+    /// so the disk stays as it was after operation `n - 1`.
+    pub fn crash_after(&self, n: u64) {
+        self.0.lock().crash_at = Some(n);
+    }
+
+    /// Whether a damaged sector keeps the old bytes the write did not cover ("powersafe
+    /// overwrite", DESIGN.md §4; the default) or may lose them too.
+    pub fn set_powersafe_overwrite(&self, on: bool) {
+        self.0.lock().unsafe_overwrite = !on;
+    }
+
+    /// Starts logging every operation, numbered from here.
+    pub fn record(&self) {
+        self.0.lock().recording = Some(Vec::new());
+    }
+
+    /// The operations logged since [`record`](Self::record), in order.
+    pub fn take_recording(&self) -> Vec<SimOp> {
+        self.0.lock().recording.take().unwrap_or_default()
+    }
+
+    /// Replays a recorded operation's effect (not counted; no faults).
+    pub fn apply(&self, op: &SimOp) {
+        self.0.lock().fs.apply(op);
+    }
+
+    /// Images [`crash_images`](Self::crash_images) generated so far on this storage.
+    pub fn images_generated(&self) -> u64 {
+        self.0.lock().images
+    }
+
+    /// What a process kill leaves: everything written.
+    pub fn volatile_image(&self) -> SimImage {
+        let fs = &self.0.lock().fs;
+        fs.image(&mut all, &mut whole, true, "volatile".into())
+    }
+
+    /// What a power loss keeps for sure: what completed fsyncs made durable.
+    pub fn durable_image(&self) -> SimImage {
+        let fs = &self.0.lock().fs;
+        fs.image(&mut none, &mut dropped, true, "durable".into())
+    }
+
+    /// The disk images a power loss now may leave (DESIGN.md §4): the durable state; all
+    /// that was written; each file's last write that changes bytes, cut at every byte
+    /// (below [`CUT_EVERY_BYTE_BELOW`] bytes) or sector boundary; every subset of up to 4
+    /// pending directory changes; then `limit` random combinations drawn from `seed`
+    /// (changes dropped, writes cut, sectors kept, lost, zeroed or garbled, directory
+    /// changes kept or lost). Only the first when nothing is pending. Deterministic.
+    pub fn crash_images(&self, seed: u64, limit: usize) -> CrashImages {
+        let (fs, powersafe) = {
+            let st = self.0.lock();
+            (st.fs.clone(), !st.unsafe_overwrite)
+        };
+        let mut plans = vec![Plan::Durable, Plan::Volatile];
+        for (&ino, inode) in &fs.inodes {
+            plans.extend(cuts(inode).map(|(op, n)| Plan::Cut(ino, op, n)));
+        }
+        let d = fs.dir_pending.len();
+        if d <= 4 {
+            plans.extend((1..(1u32 << d).saturating_sub(1)).map(Plan::Dirs));
+        }
+        let mix = |i: u64| Plan::Sample(seed ^ i.wrapping_mul(0xA24B_AED4_963E_E407));
+        plans.extend((0..limit as u64).map(mix));
+        if d == 0 && fs.inodes.values().all(|i| i.pending.is_empty()) {
+            plans.truncate(1);
+        }
+        let sim = self.clone();
+        let plans = plans.into_iter();
+        CrashImages {
+            sim,
+            fs,
+            powersafe,
+            plans,
+        }
+    }
+
+    fn state(&self, what: &str) -> io::Result<MutexGuard<'_, State>> {
+        let mut st = self.0.lock();
+        let n = st.ops;
+        st.ops += 1;
+        let crashed = st.crash_at.is_some_and(|c| n >= c);
+        let failed = st
+            .fail
+            .is_some_and(|(f, always)| n == f || (always && n > f));
+        if !crashed && !failed {
+            return Ok(st);
+        }
+        if let Some(r) = &mut st.recording {
+            r.push(SimOp::NoEffect(format!("{what} (failed)")));
+        }
+        let why = if crashed {
+            "simulated power loss"
+        } else {
+            "simulated I/O error"
+        };
+        Err(io::Error::other(format!("{why} at operation {n} ({what})")))
+    }
+
+    /// Runs one operation: `effect` checks it and returns the change to make, if any.
+    fn run<T>(
+        &self,
+        what: &str,
+        effect: impl FnOnce(&mut State) -> io::Result<(Option<SimOp>, T)>,
+    ) -> io::Result<T> {
+        let mut st = self.state(what)?;
+        let result = effect(&mut st);
+        let op = match &result {
+            Ok((Some(op), _)) => op.clone(),
+            Ok((None, _)) => SimOp::NoEffect(what.to_string()),
+            Err(_) => SimOp::NoEffect(format!("{what} (error)")),
+        };
+        st.fs.apply(&op);
+        if let Some(r) = &mut st.recording {
+            r.push(op);
+        }
+        result.map(|(_, t)| t)
+    }
+}
+
+/// Cut points of the inode's last pending write that changes bytes: (change, bytes kept).
+/// A cut that leaves the same bytes as the one before it is skipped.
+fn cuts(inode: &Inode) -> impl Iterator<Item = (usize, usize)> + use<> {
+    let mut buf = inode.durable.clone();
+    let mut last = None;
+    for (i, op) in inode.pending.iter().enumerate() {
+        let before = buf.clone();
+        land(&mut buf, op, &Land::Whole, true);
+        if let SimOp::Write(_, offset, data) = op
+            && buf != before
+        {
+            last = Some((i, *offset as usize, data.clone(), before));
+        }
+    }
+    let (i, offset, data, before) = last.unwrap_or_default();
+    let len = data.len();
+    let keep = move |&n: &usize| {
+        let differs = n == 0 || before.get(offset + n - 1) != Some(&data[n - 1]);
+        let boundary = (offset + n) % SECTOR_BYTES as usize == 0;
+        differs && (len < CUT_EVERY_BYTE_BELOW || boundary || n == 0)
+    };
+    (0..len).filter(keep).map(move |n| (i, n))
+}
+
+fn sample(fs: &Fs, seed: u64, powersafe: bool) -> SimImage {
+    let mut rng = Rng(seed);
+    let mut lands = BTreeMap::new();
+    for (&ino, inode) in &fs.inodes {
+        let style = rng.below(10);
+        for (i, op) in inode.pending.iter().enumerate() {
+            let last = i + 1 == inode.pending.len();
+            let how = match (style, op) {
+                (0..=2, _) => Land::Whole,
+                (3, _) => Land::Dropped,
+                (_, SimOp::Write(_, offset, data)) if rng.below(3) != 0 => {
+                    let first = offset / SECTOR_BYTES;
+                    let sectors = (offset + data.len() as u64).div_ceil(SECTOR_BYTES) - first;
+                    let fate = |_| [0, 0, 0, 1, 1, 2, 3][rng.below(7) as usize];
+                    let fates = (0..sectors).map(fate).collect();
+                    Land::Sectors(fates, rng.next())
+                }
+                (_, SimOp::Write(_, _, data)) if last => {
+                    Land::Cut(rng.below(data.len() as u64 + 1) as usize)
+                }
+                _ if rng.below(4) == 0 => Land::Dropped,
+                _ => Land::Whole,
+            };
+            lands.insert((ino, i), how);
+        }
+    }
+    let keep_dir = &mut |_| rng.below(2) == 0;
+    let land_of = &mut |ino, i| lands.remove(&(ino, i)).unwrap_or(Land::Whole);
+    let label = format!("sample {seed:#x}");
+    fs.image(keep_dir, land_of, powersafe, label)
+}
+
+struct SimFile {
+    sim: SimStorage,
+    ino: u64,
+    writable: bool,
+}
+
+impl SimFile {
+    fn change(&self, what: &str, op: SimOp) -> io::Result<()> {
+        self.sim.run(what, |_| match self.writable {
+            true => Ok((Some(op), ())),
+            false => Err(io::Error::new(io::ErrorKind::PermissionDenied, "read-only")),
+        })
+    }
+    fn read<T>(&self, what: &str, f: impl FnOnce(&[u8]) -> io::Result<T>) -> io::Result<T> {
+        self.sim
+            .run(what, |st| Ok((None, f(&st.fs.inodes[&self.ino].volatile)?)))
+    }
+}
+
+impl StorageFile for SimFile {
+    fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        self.read("read", |data| {
+            let src = data.get(offset as usize..offset as usize + buf.len());
+            buf.copy_from_slice(src.ok_or(io::ErrorKind::UnexpectedEof)?);
+            Ok(())
+        })
+    }
+    fn write_all_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        self.change("write", SimOp::Write(self.ino, offset, buf.to_vec()))
+    }
+    fn allocate(&self, offset: u64, len: u64) -> io::Result<()> {
+        self.change("allocate", SimOp::Allocate(self.ino, offset + len))
+    }
+    fn sync_data(&self) -> io::Result<()> {
+        self.sim
+            .run("sync_data", |_| Ok((Some(SimOp::SyncData(self.ino)), ())))
+    }
+    fn len(&self) -> io::Result<u64> {
+        self.read("len", |data| Ok(data.len() as u64))
+    }
+    fn read_all(&self) -> io::Result<Vec<u8>> {
+        self.read("read_all", |data| Ok(data.to_vec()))
+    }
+}
+
+struct SimLock(SimStorage, PathBuf);
+
+impl Drop for SimLock {
+    fn drop(&mut self) {
+        self.0.0.lock().locks.remove(&self.1);
+    }
+}
+
+impl Storage for SimStorage {
+    fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
+        let op = SimOp::CreateDirAll(dir.to_path_buf());
+        self.run("create_dir_all", |_| Ok((Some(op), ())))
+    }
+    fn is_dir(&self, path: &Path) -> bool {
+        self.0.lock().fs.dirs.contains(path)
+    }
+    fn list(&self, dir: &Path) -> io::Result<Vec<String>> {
+        self.run("list", |st| {
+            st.fs.dirs.get(dir).ok_or_else(|| not_found(dir))?;
+            let all = st.fs.entries.keys().chain(st.fs.dirs.iter());
+            let names = all
+                .filter(|p| parent(p) == dir)
+                .filter_map(|p| p.file_name());
+            Ok((
+                None,
+                names.map(|n| n.to_string_lossy().into_owned()).collect(),
+            ))
+        })
+    }
+    fn create(&self, path: &Path) -> io::Result<Box<dyn StorageFile>> {
+        let ino = self.run("create", |st| {
+            st.fs
+                .dirs
+                .get(parent(path))
+                .ok_or_else(|| not_found(parent(path)))?;
+            let ino = st.fs.entries.get(path).copied().unwrap_or(st.fs.next_ino);
+            Ok((Some(SimOp::Create(path.to_path_buf(), ino)), ino))
+        })?;
+        Ok(Box::new(SimFile {
+            sim: self.clone(),
+            ino,
+            writable: true,
+        }))
+    }
+    fn open(&self, path: &Path, writable: bool) -> io::Result<Box<dyn StorageFile>> {
+        let ino = self.run("open", |st| {
+            Ok((
+                None,
+                *st.fs.entries.get(path).ok_or_else(|| not_found(path))?,
+            ))
+        })?;
+        Ok(Box::new(SimFile {
+            sim: self.clone(),
+            ino,
+            writable,
+        }))
+    }
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        self.run("rename", |st| {
+            st.fs.entries.get(from).ok_or_else(|| not_found(from))?;
+            Ok((
+                Some(SimOp::Rename(from.to_path_buf(), to.to_path_buf())),
+                (),
+            ))
+        })
+    }
+    fn remove(&self, path: &Path) -> io::Result<()> {
+        self.run("remove", |st| {
+            st.fs.entries.get(path).ok_or_else(|| not_found(path))?;
+            Ok((Some(SimOp::Remove(path.to_path_buf())), ()))
+        })
+    }
+    fn sync_dir(&self, dir: &Path) -> io::Result<()> {
+        self.run("sync_dir", |st| {
+            st.fs.dirs.get(dir).ok_or_else(|| not_found(dir))?;
+            Ok((Some(SimOp::SyncDir(dir.to_path_buf())), ()))
+        })
+    }
+    fn try_lock(&self, path: &Path) -> io::Result<Option<LockGuard>> {
+        if !self.0.lock().fs.entries.contains_key(path) {
+            drop(self.create(path)?); // created if missing, like a real lock file
+        }
+        let taken = self.run("try_lock", |st| {
+            Ok((None, st.locks.insert(path.to_path_buf())))
+        })?;
+        Ok(taken.then(|| Box::new(SimLock(self.clone(), path.to_path_buf())) as LockGuard))
+    }
+    fn view(&self, _path: &Path) -> io::Result<Option<FileView>> {
+        self.run("view", |_| Ok((None, None)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(s: &str) -> PathBuf {
+        PathBuf::from(s)
+    }
+
+    /// A disk with a durable, empty `/d/a`, open as the returned handle.
+    fn disk() -> (SimStorage, Box<dyn StorageFile>) {
+        let sim = SimStorage::new();
+        sim.create_dir_all(&p("/d")).unwrap();
+        let f = sim.create(&p("/d/a")).unwrap();
+        sim.sync_dir(&p("/d")).unwrap();
+        (sim, f)
+    }
+
+    fn a_of(images: impl Iterator<Item = SimImage>) -> Vec<Vec<u8>> {
+        images.map(|i| i.files[&p("/d/a")].clone()).collect()
+    }
+
+    #[test]
+    fn unsynced_writes_are_volatile_and_the_last_is_cut_at_every_byte() {
+        let (sim, f) = disk();
+        f.write_all_at(b"hello", 0).unwrap();
+        f.sync_data().unwrap();
+        f.write_all_at(b" world", 5).unwrap();
+        assert_eq!(f.read_all().unwrap(), b"hello world");
+        let cut = |n: usize| b"hello world"[..5 + n].to_vec();
+        let expected: Vec<_> = [0, 6].into_iter().chain(0..6).map(cut).collect();
+        assert_eq!(a_of(sim.crash_images(1, 0)), expected);
+        assert_eq!(sim.images_generated(), 8);
+        f.sync_data().unwrap();
+        assert_eq!(a_of(sim.crash_images(1, 50)), [b"hello world"]);
+    }
+
+    #[test]
+    fn large_writes_are_cut_at_sectors_and_sampled_deterministically() {
+        let (sim, f) = disk();
+        f.sync_data().unwrap();
+        f.write_all_at(&[7u8; 3000], 100).unwrap();
+        let lens: Vec<_> = a_of(sim.crash_images(1, 0)).iter().map(Vec::len).collect();
+        assert_eq!(lens, [0, 3100, 100, 512, 1024, 1536, 2048, 2560, 3072]);
+        let a = a_of(sim.crash_images(9, 60));
+        assert_eq!(a, a_of(sim.crash_images(9, 60)));
+        assert!(a.iter().collect::<BTreeSet<_>>().len() > 20);
+        assert!(a.iter().any(|b| b.len() == 3100 && b[100..].contains(&0)));
+        // Powersafe overwrite: damage stays within the bytes written.
+        assert!(a.iter().all(|b| b.iter().take(100).all(|&b| b == 0)));
+        sim.set_powersafe_overwrite(false);
+        let b = a_of(sim.crash_images(9, 60));
+        assert!(b.iter().any(|b| b.iter().take(100).any(|&b| b != 0)));
+    }
+
+    #[test]
+    fn directory_changes_need_sync_dir() {
+        let (sim, _) = disk();
+        sim.create(&p("/d/x.tmp")).unwrap().sync_data().unwrap();
+        sim.rename(&p("/d/x.tmp"), &p("/d/x")).unwrap();
+        sim.remove(&p("/d/a")).unwrap();
+        let names = |sim: &SimStorage| -> BTreeSet<Vec<PathBuf>> {
+            let images = sim.crash_images(3, 20);
+            images.map(|i| i.files.into_keys().collect()).collect()
+        };
+        let got = names(&sim);
+        for want in [
+            &["/d/a"][..],
+            &["/d/x"],
+            &["/d/a", "/d/x.tmp"],
+            &["/d/a", "/d/x"],
+        ] {
+            let want: Vec<_> = want.iter().map(|s| p(s)).collect();
+            assert!(got.contains(&want), "{want:?} in {got:?}");
+        }
+        assert!(
+            !got.iter()
+                .any(|n| n.contains(&p("/d/x.tmp")) && n.contains(&p("/d/x")))
+        );
+        sim.sync_dir(&p("/d")).unwrap();
+        assert_eq!(names(&sim), BTreeSet::from([vec![p("/d/x")]]));
+        assert_eq!(sim.list(&p("/d")).unwrap(), ["x"]);
+    }
+
+    #[test]
+    fn injected_failures_and_crashes_have_no_effect() {
+        let (sim, f) = disk();
+        f.write_all_at(b"ab", 0).unwrap();
+        let n = sim.ops();
+        sim.fail_at(n, false);
+        assert!(f.sync_data().is_err());
+        assert_eq!(sim.durable_image().files[&p("/d/a")], b"", "failed fsync");
+        f.sync_data().unwrap();
+        sim.fail_at(n + 3, true);
+        f.write_all_at(b"c", 2).unwrap();
+        assert!(f.write_all_at(b"d", 3).is_err() && f.read_all().is_err());
+        sim.fail_at(u64::MAX, false);
+        assert_eq!(f.read_all().unwrap(), b"abc");
+        sim.crash_after(sim.ops() + 1);
+        f.write_all_at(b"e", 3).unwrap();
+        assert!(f.sync_data().is_err() && sim.list(&p("/d")).is_err());
+        assert_eq!(sim.volatile_image().files[&p("/d/a")], b"abce");
+        assert_eq!(sim.durable_image().files[&p("/d/a")], b"ab");
+    }
+
+    #[test]
+    fn recording_replay_images_and_locks() {
+        let (sim, _) = disk();
+        let start = sim.volatile_image();
+        sim.record();
+        let f = sim.create(&p("/d/b")).unwrap();
+        f.allocate(0, 8).unwrap();
+        f.write_all_at(b"xy", 2).unwrap();
+        assert_eq!(f.read_all().unwrap(), b"\0\0xy\0\0\0\0");
+        let ops = sim.take_recording();
+        assert_eq!((ops.len(), ops[3].mutates()), (4, false));
+        let copy = SimStorage::from_image(&start);
+        ops.iter().for_each(|op| copy.apply(op));
+        assert_eq!(copy.volatile_image(), sim.volatile_image());
+        let booted = SimStorage::from_image(&sim.volatile_image());
+        assert_eq!(booted.durable_image().files, sim.volatile_image().files);
+        assert!(booted.is_dir(&p("/d")) && booted.open(&p("/d/none"), false).is_err());
+        let lock = booted.try_lock(&p("/d/LOCK")).unwrap();
+        assert!(lock.is_some() && booted.try_lock(&p("/d/LOCK")).unwrap().is_none());
+        drop(lock);
+        assert!(booted.try_lock(&p("/d/LOCK")).unwrap().is_some());
+    }
+}
