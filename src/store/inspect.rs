@@ -178,7 +178,7 @@ impl<S: State> Store<S> {
                 )
             };
             for cp in &checkpoints {
-                self.decode_checkpoint_body(cp.pos)?;
+                self.read_body(cp.pos)?;
             }
             for call in &calls {
                 for pos in std::iter::once(call.begin).chain(call.finish) {
@@ -190,27 +190,5 @@ impl<S: State> Store<S> {
             report.calls += calls.len() as u64;
         }
         Ok(report)
-    }
-
-    fn decode_checkpoint_body(&self, pos: crate::log::RecordPos) -> Result<()> {
-        let dir = self.inner.log.dir();
-        self.inner.log.read_with(pos, |rec| {
-            let Decoded::Checkpoint(c) = codec::decode(dir, &rec)? else {
-                return Err(codec::decode_error(
-                    dir,
-                    &rec,
-                    "index points at a non-checkpoint record".into(),
-                ));
-            };
-            let bad = |e: postcard::Error| codec::decode_error(dir, &rec, e.to_string());
-            match (c.body_kind, c.schema_version == S::VERSION) {
-                (Body::Snapshot, true) => postcard::from_bytes::<S>(c.body).map(drop).map_err(bad),
-                (Body::Delta, true) => postcard::from_bytes::<S::Delta>(c.body)
-                    .map(drop)
-                    .map_err(bad),
-                (Body::Snapshot, false) => S::migrate_state(c.schema_version, c.body).map(drop),
-                (Body::Delta, false) => S::migrate_delta(c.schema_version, c.body).map(drop),
-            }
-        })
     }
 }

@@ -58,6 +58,12 @@ impl<S: State> Clone for Store<S> {
     }
 }
 
+/// A checkpoint record's decoded body.
+enum DecodedBody<S: State> {
+    Snapshot(S),
+    Delta(S::Delta),
+}
+
 struct Inner {
     log: Log,
     index: Index,
@@ -390,28 +396,34 @@ impl<S: State> Store<S> {
     fn fold(&self, plan: &[CpEntry]) -> Result<S> {
         let mut state = S::default();
         for entry in plan {
-            self.inner.log.read_with(entry.pos, |rec| {
-                let dir = self.inner.log.dir();
-                let codec::Decoded::Checkpoint(c) = codec::decode(dir, &rec)? else {
-                    return Err(codec::decode_error(
-                        dir,
-                        &rec,
-                        "index points at a non-checkpoint record".into(),
-                    ));
-                };
-                let bad = |e: postcard::Error| codec::decode_error(dir, &rec, e.to_string());
-                match (c.body_kind, c.schema_version == S::VERSION) {
-                    (Body::Snapshot, true) => state = postcard::from_bytes(c.body).map_err(bad)?,
-                    (Body::Snapshot, false) => state = S::migrate_state(c.schema_version, c.body)?,
-                    (Body::Delta, true) => state.apply(&postcard::from_bytes(c.body).map_err(bad)?),
-                    (Body::Delta, false) => {
-                        state.apply(&S::migrate_delta(c.schema_version, c.body)?)
-                    }
-                }
-                Ok(())
-            })?;
+            match self.read_body(entry.pos)? {
+                DecodedBody::Snapshot(s) => state = s,
+                DecodedBody::Delta(d) => state.apply(&d),
+            }
         }
         Ok(state)
+    }
+
+    /// Reads and decodes the body of the checkpoint record at `pos`, migrating data
+    /// written under another schema version.
+    fn read_body(&self, pos: RecordPos) -> Result<DecodedBody<S>> {
+        let dir = self.inner.log.dir();
+        self.inner.log.read_with(pos, |rec| {
+            let codec::Decoded::Checkpoint(c) = codec::decode(dir, &rec)? else {
+                let why = "index points at a non-checkpoint record".into();
+                return Err(codec::decode_error(dir, &rec, why));
+            };
+            let bad = |e: postcard::Error| codec::decode_error(dir, &rec, e.to_string());
+            let (version, body) = (c.schema_version, c.body);
+            Ok(match (c.body_kind, version == S::VERSION) {
+                (Body::Snapshot, true) => {
+                    DecodedBody::Snapshot(postcard::from_bytes(body).map_err(bad)?)
+                }
+                (Body::Snapshot, false) => DecodedBody::Snapshot(S::migrate_state(version, body)?),
+                (Body::Delta, true) => DecodedBody::Delta(postcard::from_bytes(body).map_err(bad)?),
+                (Body::Delta, false) => DecodedBody::Delta(S::migrate_delta(version, body)?),
+            })
+        })
     }
 
     /// The task's retained checkpoints, oldest first (empty for an unknown task).
