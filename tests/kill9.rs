@@ -1,0 +1,669 @@
+//! Kill -9: a child process writes to a store and acknowledges each commit on stdout the
+//! moment `commit` returns; the parent kills it with SIGKILL at a random moment, reopens
+//! the store and checks that everything acknowledged is there, with the right state.
+//!
+//! The child is this same test binary, re-run with `--exact child_writer` and the store
+//! directory in `AGENTWAL_KILL_CHILD`; without that variable `child_writer` returns at
+//! once, so an ordinary `cargo test` only runs the parent, `kill9_rounds`.
+//!
+//! The child opens the store (`SyncMode::Always`, 64 KiB segments so segments rotate and
+//! the background compactor runs; `keep_checkpoints: Some(8)` in about two rounds of
+//! three) and runs three writer threads. Each owns two tasks and also commits to a shared
+//! task with `commit_if` (retrying on conflict). Deltas are a pure function of
+//! (task, seq), so the parent recomputes every state; the state type folds them into a
+//! hash chain, so a state is right only if exactly deltas 1..=seq were applied in order.
+//! Every eighth seq of an owned task first journals a tool call: `begin_call` (acked
+//! `B task seq`) and, on every sixteenth, `finish_call` (acked `F task seq`); a resumed
+//! child repeats a begun call, which must be a no-op. Commits are acked `C task seq`.
+//!
+//! After each kill the parent opens the store read-only and then for writing, and checks:
+//! every acked seq is loadable with the right state (unless retention dropped it), the
+//! latest seq is at least the largest acked one and at most one unacknowledged commit per
+//! writer beyond it, every acked begun call is pending or finished and every acked finish
+//! has its result. Rounds reuse one directory: each child resumes from `load_latest`.
+//!
+//! `AGENTWAL_KILL_ROUNDS` sets the number of rounds (default 25, a few seconds in
+//! release); `AGENTWAL_KILL_SEED` replays the kill schedule of a printed seed (the
+//! delays and options; thread interleavings differ from run to run).
+
+use std::collections::{BTreeMap, HashMap};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use agentwal::{Error, Options, State, Store, SyncMode};
+use serde::{Deserialize, Serialize};
+
+const CHILD_ENV: &str = "AGENTWAL_KILL_CHILD";
+const KEEP_ENV: &str = "AGENTWAL_KILL_KEEP";
+const ROUNDS_ENV: &str = "AGENTWAL_KILL_ROUNDS";
+const SEED_ENV: &str = "AGENTWAL_KILL_SEED";
+const ROUNDS_DEFAULT: u64 = 25;
+/// Marks the child's acknowledgement lines.
+const ACK: &str = "#ack ";
+
+const THREADS: usize = 3;
+const TASKS_PER_THREAD: usize = 2;
+const SHARED_TASK: &str = "shared";
+const KEEP: u32 = 8;
+const CALL_EVERY: u64 = 8;
+const TOOL: &str = "tool";
+/// A child that was not killed by then exits by itself (the parent failed).
+const CHILD_DEADLINE: Duration = Duration::from_secs(120);
+
+// ---------------------------------------------------------------------------------------
+// The deterministic workload, shared by child and parent
+
+/// A state that is right only if deltas 1..=len were applied in order.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+struct Chain {
+    len: u64,
+    hash: u64,
+    last: Vec<u8>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Step {
+    seq: u64,
+    payload: Vec<u8>,
+}
+
+impl State for Chain {
+    type Delta = Step;
+    fn apply(&mut self, d: &Step) {
+        self.len += 1;
+        self.hash = chain_hash(self.hash, d);
+        self.last.clone_from(&d.payload);
+    }
+}
+
+fn chain_hash(prev: u64, d: &Step) -> u64 {
+    let mut h = fnv(prev ^ 0x9e37_79b9_7f4a_7c15, &d.seq.to_le_bytes());
+    h = fnv(h, &d.payload);
+    h
+}
+
+fn fnv(mut h: u64, bytes: &[u8]) -> u64 {
+    for &b in bytes {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x100_0000_01b3);
+    }
+    h
+}
+
+/// Tiny xorshift64* generator (no dependency needed).
+struct Rng(u64);
+
+impl Rng {
+    fn new(seed: u64) -> Self {
+        Rng(seed.wrapping_mul(0x2545_f491_4f6c_dd1d) | 1)
+    }
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+fn key(task: &str, seq: u64, salt: u64) -> u64 {
+    fnv(
+        fnv(0xcbf2_9ce4_8422_2325 ^ salt, task.as_bytes()),
+        &seq.to_le_bytes(),
+    )
+}
+
+/// Delta `seq` of `task`: mostly small, sometimes a few KiB, so records vary in size.
+fn delta(task: &str, seq: u64) -> Step {
+    let mut rng = Rng::new(key(task, seq, 1));
+    let len = match rng.below(20) {
+        0 => 2000 + rng.below(3000),
+        1..=4 => 0,
+        _ => rng.below(400),
+    };
+    let payload = (0..len).map(|_| rng.next() as u8).collect();
+    Step { seq, payload }
+}
+
+fn call_id(seq: u64) -> String {
+    format!("call-{seq}")
+}
+
+fn call_args(task: &str, seq: u64) -> Vec<u8> {
+    format!("args of {task} {seq}").into_bytes()
+}
+
+fn call_result(task: &str, seq: u64) -> Vec<u8> {
+    let mut rng = Rng::new(key(task, seq, 2));
+    (0..rng.below(300)).map(|_| rng.next() as u8).collect()
+}
+
+fn owned_tasks(thread: usize) -> Vec<String> {
+    (0..TASKS_PER_THREAD)
+        .map(|k| format!("t{thread}-{k}"))
+        .collect()
+}
+
+fn all_tasks() -> Vec<String> {
+    let mut tasks: Vec<String> = (0..THREADS).flat_map(owned_tasks).collect();
+    tasks.push(SHARED_TASK.to_string());
+    tasks
+}
+
+fn options(keep: Option<u32>) -> Options {
+    Options {
+        sync: SyncMode::Always,
+        segment_bytes: 64 << 10,
+        snapshot_every: 16,
+        keep_checkpoints: keep,
+        ..Options::default()
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// The child
+
+/// Child mode: runs only when the parent sets `AGENTWAL_KILL_CHILD`.
+#[test]
+fn child_writer() {
+    let Some(dir) = std::env::var_os(CHILD_ENV) else {
+        return;
+    };
+    let keep = std::env::var(KEEP_ENV).ok().and_then(|k| k.parse().ok());
+    let started = Instant::now();
+    let store: Store<Chain> = Store::open_with(&dir, options(keep)).unwrap_or_else(|e| {
+        fail_child(&format!("open failed: {e}"));
+    });
+    ack("R ready 0");
+    let shared_expected = AtomicU64::new(latest(&store, SHARED_TASK));
+    std::thread::scope(|s| {
+        for t in 0..THREADS {
+            let (store, shared_expected) = (&store, &shared_expected);
+            s.spawn(move || child_thread(store, t, shared_expected, started));
+        }
+    });
+}
+
+fn child_thread(store: &Store<Chain>, thread: usize, shared: &AtomicU64, started: Instant) {
+    let tasks = owned_tasks(thread);
+    let mut next: Vec<u64> = tasks.iter().map(|t| latest(store, t) + 1).collect();
+    loop {
+        if started.elapsed() > CHILD_DEADLINE {
+            fail_child("deadline passed without being killed");
+        }
+        for (task, seq) in tasks.iter().zip(next.iter_mut()) {
+            if (*seq).is_multiple_of(CALL_EVERY) {
+                journal_call(store, task, *seq);
+            }
+            match store.commit(task, &delta(task, *seq)) {
+                Ok(got) if got == *seq => ack(&format!("C {task} {seq}")),
+                Ok(got) => fail_child(&format!("commit to {task} returned {got}, not {seq}")),
+                Err(e) => fail_child(&format!("commit {task} {seq}: {e}")),
+            }
+            *seq += 1;
+        }
+        let expected = shared.load(Ordering::SeqCst);
+        let seq = expected + 1;
+        match store.commit_if(SHARED_TASK, expected, &delta(SHARED_TASK, seq)) {
+            Ok(got) if got == seq => {
+                ack(&format!("C {SHARED_TASK} {seq}"));
+                shared.fetch_max(seq, Ordering::SeqCst);
+            }
+            Ok(got) => fail_child(&format!("commit_if returned {got}, not {seq}")),
+            Err(Error::Conflict { actual, .. }) => {
+                shared.fetch_max(actual, Ordering::SeqCst);
+            }
+            Err(e) => fail_child(&format!("commit_if {SHARED_TASK} {seq}: {e}")),
+        }
+    }
+}
+
+/// Journals the tool call of `seq` (resuming a begun one, skipping a finished one).
+fn journal_call(store: &Store<Chain>, task: &str, seq: u64) {
+    let id = call_id(seq);
+    match store.call_result(task, &id) {
+        Ok(Some(_)) => return,
+        Ok(None) => {}
+        Err(e) => fail_child(&format!("call_result {task} {seq}: {e}")),
+    }
+    if let Err(e) = store.begin_call(task, &id, TOOL, &call_args(task, seq)) {
+        fail_child(&format!("begin_call {task} {seq}: {e}"));
+    }
+    ack(&format!("B {task} {seq}"));
+    if seq.is_multiple_of(2 * CALL_EVERY) {
+        if let Err(e) = store.finish_call(task, &id, &call_result(task, seq)) {
+            fail_child(&format!("finish_call {task} {seq}: {e}"));
+        }
+        ack(&format!("F {task} {seq}"));
+    }
+}
+
+fn latest(store: &Store<Chain>, task: &str) -> u64 {
+    match store.load_latest(task) {
+        Ok(cp) => cp.map_or(0, |c| c.seq),
+        Err(e) => fail_child(&format!("load_latest {task}: {e}")),
+    }
+}
+
+/// Prints one acknowledgement line with a single write, and flushes it.
+fn ack(line: &str) {
+    static OUT: Mutex<()> = Mutex::new(());
+    let _one_at_a_time = OUT.lock().unwrap_or_else(|e| e.into_inner());
+    let mut out = std::io::stdout().lock();
+    let ok = out.write_all(format!("{ACK}{line}\n").as_bytes()).is_ok() && out.flush().is_ok();
+    if !ok {
+        std::process::exit(5); // the parent is gone
+    }
+}
+
+fn fail_child(why: &str) -> ! {
+    eprintln!("child error: {why}");
+    std::process::exit(3);
+}
+
+// ---------------------------------------------------------------------------------------
+// The parent
+
+#[test]
+fn kill9_rounds() {
+    let rounds = env_u64(ROUNDS_ENV).unwrap_or(ROUNDS_DEFAULT);
+    let seed = env_u64(SEED_ENV).unwrap_or_else(|| {
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        t.as_nanos() as u64 ^ u64::from(std::process::id())
+    });
+    println!("kill9: {rounds} rounds, seed {seed} (replay: {SEED_ENV}={seed})");
+    let started = Instant::now();
+    let dir = tempfile::tempdir().unwrap();
+    let store_dir = dir.path().join("store");
+    let mut oracle = Oracle::default();
+    let mut rng = Rng::new(seed);
+    let mut totals = Totals::default();
+    for round in 0..rounds {
+        let ctx = format!("seed {seed} ({SEED_ENV}={seed}), round {round}");
+        let keep = (rng.below(3) != 0).then_some(KEEP);
+        let plan = if rng.below(6) == 0 {
+            // Kill while the child may still be starting or recovering.
+            Kill::AfterSpawn(Duration::from_millis(rng.below(40)))
+        } else {
+            Kill::AfterReady(Duration::from_millis(5 + rng.below(250)))
+        };
+        let acks = run_child(&store_dir, keep, plan, &ctx);
+        totals.add(&acks);
+        oracle.check_round(&store_dir, keep, &acks, &ctx);
+    }
+    oracle.check_everything(&store_dir, &format!("seed {seed}, final check"));
+    println!(
+        "kill9: {rounds} rounds in {:.1} s: {} commits, {} begun and {} finished calls acked; \
+         0 lost (seed {seed})",
+        started.elapsed().as_secs_f64(),
+        totals.commits,
+        totals.begins,
+        totals.finishes,
+    );
+}
+
+fn env_u64(name: &str) -> Option<u64> {
+    let v = std::env::var(name).ok()?;
+    Some(
+        v.parse()
+            .unwrap_or_else(|_| panic!("{name}={v:?} is not a number")),
+    )
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Kill {
+    AfterSpawn(Duration),
+    AfterReady(Duration),
+}
+
+/// What one child acknowledged.
+#[derive(Debug, Default)]
+struct Acks {
+    commits: Vec<(String, u64)>,
+    begins: Vec<(String, u64)>,
+    finishes: Vec<(String, u64)>,
+}
+
+#[derive(Debug, Default)]
+struct Totals {
+    commits: usize,
+    begins: usize,
+    finishes: usize,
+}
+
+impl Totals {
+    fn add(&mut self, acks: &Acks) {
+        self.commits += acks.commits.len();
+        self.begins += acks.begins.len();
+        self.finishes += acks.finishes.len();
+    }
+}
+
+/// Kills the child if the parent panics before it does.
+struct KillOnDrop(Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn run_child(dir: &Path, keep: Option<u32>, plan: Kill, ctx: &str) -> Acks {
+    let exe = std::env::current_exe().unwrap();
+    let mut cmd = Command::new(exe);
+    cmd.args(["--exact", "child_writer", "--nocapture", "--test-threads=1"])
+        .env(CHILD_ENV, dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    match keep {
+        Some(k) => cmd.env(KEEP_ENV, k.to_string()),
+        None => cmd.env_remove(KEEP_ENV),
+    };
+    let spawned = Instant::now();
+    let mut child = KillOnDrop(cmd.spawn().unwrap());
+    let stdout = child.0.stdout.take().unwrap();
+    let mut stderr = child.0.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel::<()>();
+    let reader = std::thread::spawn(move || {
+        let mut lines = Vec::new();
+        let mut out = BufReader::new(stdout);
+        let mut line = String::new();
+        let mut ready = Some(tx);
+        loop {
+            line.clear();
+            match out.read_line(&mut line) {
+                Ok(0) | Err(_) => break,
+                // A line cut by the kill was never acknowledged.
+                Ok(_) if !line.ends_with('\n') => break,
+                Ok(_) => {}
+            }
+            // The test harness may print "test child_writer ... " before an ack.
+            let Some(at) = line.find(ACK) else { continue };
+            let ack = line[at + ACK.len()..].trim_end();
+            if ack.starts_with("R ") {
+                ready.take().map(|tx| tx.send(()));
+            }
+            lines.push(ack.to_string());
+        }
+        lines
+    });
+    match plan {
+        Kill::AfterSpawn(d) => std::thread::sleep(d.saturating_sub(spawned.elapsed())),
+        Kill::AfterReady(d) => {
+            // A child that fails exits, which also ends the wait (checked below).
+            let ready = rx.recv_timeout(Duration::from_secs(30)).is_ok();
+            let exited = child.0.try_wait().unwrap().is_some();
+            assert!(
+                ready || exited,
+                "{ctx}: the child is not ready after 30 s (a hang?)"
+            );
+            std::thread::sleep(d);
+        }
+    }
+    if let Some(status) = child.0.try_wait().unwrap() {
+        let mut err = String::new();
+        let _ = stderr.read_to_string(&mut err);
+        panic!("{ctx}: the child exited by itself ({status}) before the kill:\n{err}");
+    }
+    child.0.kill().unwrap(); // SIGKILL
+    child.0.wait().unwrap();
+    let mut err = String::new();
+    let _ = stderr.read_to_string(&mut err);
+    assert!(
+        !err.contains("child error") && !err.contains("panicked"),
+        "{ctx}: the child reported an error:\n{err}"
+    );
+    let mut acks = Acks::default();
+    for line in reader.join().unwrap() {
+        let mut parts = line.split(' ');
+        let (Some(kind), Some(task), Some(seq), None) =
+            (parts.next(), parts.next(), parts.next(), parts.next())
+        else {
+            continue;
+        };
+        let Ok(seq) = seq.parse::<u64>() else {
+            continue;
+        };
+        let entry = (task.to_string(), seq);
+        match kind {
+            "C" => acks.commits.push(entry),
+            "B" => acks.begins.push(entry),
+            "F" => acks.finishes.push(entry),
+            _ => {}
+        }
+    }
+    acks
+}
+
+/// What the parent knows must be in the store.
+#[derive(Default)]
+struct Oracle {
+    /// Per task: the largest acked seq so far.
+    acked_max: HashMap<String, u64>,
+    /// Per task: the latest seq the last check found (acked or not).
+    seen_latest: HashMap<String, u64>,
+    /// Per task: seqs below this may have been dropped by retention.
+    retention_floor: HashMap<String, u64>,
+    /// Per task: hash of the state after seq i at index i (index 0: empty state).
+    hashes: HashMap<String, Vec<u64>>,
+    /// Every acked call: (task, seq) -> finished.
+    calls: BTreeMap<(String, u64), bool>,
+}
+
+impl Oracle {
+    fn expected(&mut self, task: &str, seq: u64) -> Chain {
+        let hashes = self
+            .hashes
+            .entry(task.to_string())
+            .or_insert_with(|| vec![0]);
+        while hashes.len() as u64 <= seq {
+            let i = hashes.len() as u64;
+            let prev = *hashes.last().unwrap_or(&0);
+            hashes.push(chain_hash(prev, &delta(task, i)));
+        }
+        Chain {
+            len: seq,
+            hash: hashes[seq as usize],
+            last: if seq == 0 {
+                Vec::new()
+            } else {
+                delta(task, seq).payload
+            },
+        }
+    }
+
+    fn check_round(&mut self, dir: &Path, keep: Option<u32>, acks: &Acks, ctx: &str) {
+        for (task, seq) in &acks.commits {
+            let m = self.acked_max.entry(task.clone()).or_default();
+            *m = (*m).max(*seq);
+        }
+        for (task, seq) in &acks.begins {
+            self.calls.entry((task.clone(), *seq)).or_insert(false);
+        }
+        for (task, seq) in &acks.finishes {
+            self.calls.insert((task.clone(), *seq), true);
+        }
+        if !dir.exists() {
+            assert!(acks.commits.is_empty(), "{ctx}: acked commits but no store");
+            return;
+        }
+        let read_only = Store::<Chain>::open_read_only(dir)
+            .unwrap_or_else(|e| panic!("{ctx}: read-only open failed: {e}"));
+        // `keep` here only says what the child's compaction may have dropped.
+        self.check_store(&read_only, keep, acks, &format!("{ctx}, read-only"));
+        drop(read_only);
+        let store = Store::<Chain>::open_with(dir, options(keep))
+            .unwrap_or_else(|e| panic!("{ctx}: open failed: {e}"));
+        self.check_store(&store, keep, acks, ctx);
+        if keep.is_some() {
+            // The child may have compacted away anything retention no longer served.
+            for task in all_tasks() {
+                let latest = self.seen_latest.get(&task).copied().unwrap_or(0);
+                let floor = self.retention_floor.entry(task).or_default();
+                *floor = (*floor).max(latest.saturating_sub(u64::from(KEEP) - 1));
+            }
+        }
+    }
+
+    fn check_store(&mut self, store: &Store<Chain>, keep: Option<u32>, acks: &Acks, ctx: &str) {
+        for task in all_tasks() {
+            let acked = self.acked_max.get(&task).copied().unwrap_or(0);
+            let before = self.seen_latest.get(&task).copied().unwrap_or(0);
+            let latest = store
+                .load_latest(&task)
+                .unwrap_or_else(|e| panic!("{ctx}: load_latest {task}: {e}"));
+            let latest_seq = latest.as_ref().map_or(0, |c| c.seq);
+            assert!(
+                latest_seq >= acked,
+                "{ctx}: LOST COMMITS: task {task} latest seq {latest_seq} < acked {acked}"
+            );
+            assert!(
+                latest_seq >= before,
+                "{ctx}: task {task} went back from seq {before} to {latest_seq}"
+            );
+            // Each writer has at most one commit in flight per task when killed.
+            let in_flight = if task == SHARED_TASK { THREADS } else { 1 } as u64;
+            assert!(
+                latest_seq <= acked.max(before) + in_flight,
+                "{ctx}: task {task} has seq {latest_seq}, beyond acked {acked} / seen {before} \
+                 plus {in_flight} in flight"
+            );
+            if let Some(cp) = latest {
+                let want = self.expected(&task, cp.seq);
+                assert!(
+                    cp.state == want,
+                    "{ctx}: WRONG STATE of {task} at latest seq {}",
+                    cp.seq
+                );
+            }
+            self.seen_latest.insert(task, latest_seq);
+        }
+        let mut checked = HashMap::new();
+        for (task, seq) in &acks.commits {
+            self.check_seq(store, keep, task, *seq, ctx);
+            *checked.entry(task.clone()).or_insert(0u64) += 1;
+        }
+        // Also the newest retained checkpoints, acked in this round or before.
+        for task in all_tasks() {
+            let infos = store
+                .list_checkpoints(&task)
+                .unwrap_or_else(|e| panic!("{ctx}: list_checkpoints {task}: {e}"));
+            for info in infos.iter().rev().take(32) {
+                self.check_seq(store, keep, &task, info.seq, ctx);
+            }
+        }
+        self.check_calls(store, acks, ctx);
+    }
+
+    fn check_seq(
+        &mut self,
+        store: &Store<Chain>,
+        keep: Option<u32>,
+        task: &str,
+        seq: u64,
+        ctx: &str,
+    ) {
+        let latest = self.seen_latest.get(task).copied().unwrap_or(0);
+        let mut floor = self.retention_floor.get(task).copied().unwrap_or(0);
+        if let Some(k) = keep {
+            floor = floor.max(latest.saturating_sub(u64::from(k) - 1));
+        }
+        match store.load(task, seq) {
+            Ok(Some(cp)) => {
+                let want = self.expected(task, seq);
+                assert!(
+                    cp.seq == seq && cp.state == want,
+                    "{ctx}: WRONG STATE of {task} at seq {seq}"
+                );
+            }
+            Ok(None) if seq < floor => {} // dropped by retention
+            Ok(None) => panic!(
+                "{ctx}: LOST COMMIT: {task} seq {seq} acked but not loadable (latest {latest}, \
+                 retention floor {floor})"
+            ),
+            Err(e) => panic!("{ctx}: load {task} {seq}: {e}"),
+        }
+    }
+
+    /// Every call acked in this round (all of them are checked at the end).
+    fn check_calls(&self, store: &Store<Chain>, acks: &Acks, ctx: &str) {
+        let mut pending: HashMap<String, HashMap<String, Vec<u8>>> = HashMap::new();
+        let touched = acks.begins.iter().chain(&acks.finishes);
+        for (task, seq) in touched {
+            let finished = self.calls[&(task.clone(), *seq)];
+            check_call(store, &mut pending, task, *seq, finished, ctx);
+        }
+    }
+
+    fn check_everything(&mut self, dir: &Path, ctx: &str) {
+        if !dir.exists() {
+            return;
+        }
+        let store = Store::<Chain>::open_with(dir, options(None))
+            .unwrap_or_else(|e| panic!("{ctx}: open failed: {e}"));
+        for task in all_tasks() {
+            for info in store.list_checkpoints(&task).unwrap() {
+                self.check_seq(&store, None, &task, info.seq, ctx);
+            }
+        }
+        let mut pending = HashMap::new();
+        for ((task, seq), finished) in &self.calls {
+            check_call(&store, &mut pending, task, *seq, *finished, ctx);
+        }
+    }
+}
+
+fn check_call(
+    store: &Store<Chain>,
+    pending: &mut HashMap<String, HashMap<String, Vec<u8>>>,
+    task: &str,
+    seq: u64,
+    finished: bool,
+    ctx: &str,
+) {
+    let id = call_id(seq);
+    let result = store
+        .call_result(task, &id)
+        .unwrap_or_else(|e| panic!("{ctx}: call_result {task} {id}: {e}"));
+    if let Some(result) = result {
+        assert!(
+            result == call_result(task, seq),
+            "{ctx}: WRONG RESULT of call {id} of {task}"
+        );
+        return;
+    }
+    assert!(
+        !finished,
+        "{ctx}: LOST CALL RESULT: {task} {id} finished but has no result"
+    );
+    let pending = pending.entry(task.to_string()).or_insert_with(|| {
+        store
+            .pending_calls(task)
+            .unwrap_or_else(|e| panic!("{ctx}: pending_calls {task}: {e}"))
+            .into_iter()
+            .map(|p| {
+                assert_eq!(p.tool, TOOL, "{ctx}: wrong tool of pending {}", p.call_id);
+                (p.call_id, p.args)
+            })
+            .collect()
+    });
+    match pending.get(&id) {
+        Some(args) => assert!(
+            *args == call_args(task, seq),
+            "{ctx}: WRONG ARGS of pending call {id} of {task}"
+        ),
+        None => {
+            panic!("{ctx}: LOST CALL: {task} {id} begun (acked) but neither pending nor finished")
+        }
+    }
+}
