@@ -1,0 +1,601 @@
+//! `store_ops`: a differential target. An arbitrary sequence of store operations runs
+//! against a real [`Store`] (tiny segments, so rotation happens; snapshots every 1 to 4
+//! commits; sometimes `keep_checkpoints`) and against a plain in-memory model. Every
+//! answer must equal the model's: the same value, or an error of the same variant and
+//! fields.
+//!
+//! Crashes: with `SyncMode::Always` every acknowledged operation is durable, so a crash may
+//! only leave bytes that were never acknowledged. `Crash` drops the store (nothing is
+//! flushed or closed by a drop that a kill would not also skip) and then damages only what
+//! lies past the last record of the newest segment: arbitrary garbage (a torn write of an
+//! unacknowledged batch), or a cut of the preallocated zeros. The reopened store must
+//! equal the model exactly; garbage must be reported as torn bytes.
+//!
+//! After every reopen, compaction and read-only view, a sweep compares every task, seq,
+//! checkpoint list and tool call with the model.
+
+use std::collections::BTreeMap;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+use agentwal::log::format::{KIND_SEAL, SEGMENT_HEADER_BYTES, parse_segment_file_name};
+use agentwal::log::record;
+use agentwal::{AgentDelta, AgentState, Error, Message, Options, State, Store, SyncMode};
+use arbitrary::{Arbitrary, Unstructured};
+
+const OPS_MAX: usize = 48;
+const TASKS: [&str; 4] = ["a", "b", "c", "d"];
+const CALLS: [&str; 3] = ["k1", "k2", "k3"];
+const TOOLS: [&str; 2] = ["search", "write"];
+const BLOBS: [&[u8]; 4] = [b"", b"x", b"yy", &[b'z'; 300]];
+const VAR_KEYS: [&str; 3] = ["phase", "step", "n"];
+const GARBAGE_BYTES_MAX: usize = 64;
+
+#[derive(Debug, Arbitrary)]
+struct Input {
+    snapshot_every: u8,
+    keep: Option<u8>,
+    big_segments: bool,
+    ops: Vec<Op>,
+}
+
+#[derive(Debug, Clone, Arbitrary)]
+enum Op {
+    Commit {
+        task: u8,
+        delta: DeltaSpec,
+    },
+    CommitIf {
+        task: u8,
+        expected: ExpectedSpec,
+        delta: DeltaSpec,
+    },
+    /// Forks `task` at `seq % (latest + 2)` (so 0 and one past the latest happen too).
+    Fork {
+        task: u8,
+        seq: u8,
+        new_task: u8,
+    },
+    Delete {
+        task: u8,
+    },
+    BeginCall {
+        task: u8,
+        call: u8,
+        tool: u8,
+        args: u8,
+    },
+    FinishCall {
+        task: u8,
+        call: u8,
+        result: u8,
+    },
+    Reopen,
+    Crash(TailDamage),
+    Compact,
+    ReadOnlyView,
+}
+
+#[derive(Debug, Clone, Copy, Arbitrary)]
+enum ExpectedSpec {
+    Latest,
+    Above,
+    Below,
+    Exact(u8),
+}
+
+#[derive(Debug, Clone, Arbitrary)]
+struct DeltaSpec {
+    message: Option<(u8, u8)>,
+    set: Option<(u8, i16)>,
+    unset: Option<u8>,
+}
+
+#[derive(Debug, Clone, Arbitrary)]
+enum TailDamage {
+    /// Only the drop.
+    Nothing,
+    /// Garbage written `gap` bytes past the last record.
+    Garbage { gap: u8, bytes: Vec<u8> },
+    /// The file cut somewhere in the zeros past the last record.
+    CutZeros { keep: u16 },
+}
+
+fn pick<T: Copy>(items: &[T], i: u8) -> T {
+    items[usize::from(i) % items.len()]
+}
+
+impl DeltaSpec {
+    fn delta(&self) -> AgentDelta {
+        let mut d = AgentDelta::default();
+        if let Some((role, len)) = self.message {
+            let text = "m".repeat(usize::from(len % 24));
+            d = d.message(match role % 4 {
+                0 => Message::user(text),
+                1 => Message::assistant(text),
+                2 => Message::system(text),
+                _ => Message::tool("k1", text),
+            });
+        }
+        if let Some((key, value)) = self.set {
+            d = d.set(pick(&VAR_KEYS, key), i64::from(value));
+        }
+        if let Some(key) = self.unset {
+            d = d.unset(pick(&VAR_KEYS, key));
+        }
+        d
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Outcomes, compared by variant and fields
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Fail {
+    Conflict {
+        task: String,
+        expected: u64,
+        actual: u64,
+    },
+    UnknownSeq {
+        task: String,
+        seq: u64,
+        latest: u64,
+    },
+    UnknownTask(String),
+    TaskExists(String),
+    /// Only the variant: the message is for humans.
+    InvalidArgument,
+    ReadOnly,
+}
+
+type Outcome<T> = Result<T, Fail>;
+
+fn classify<T>(r: agentwal::Result<T>, what: &str) -> Outcome<T> {
+    r.map_err(|e| match e {
+        Error::Conflict {
+            task,
+            expected,
+            actual,
+        } => Fail::Conflict {
+            task,
+            expected,
+            actual,
+        },
+        Error::UnknownSeq { task, seq, latest } => Fail::UnknownSeq { task, seq, latest },
+        Error::UnknownTask { task } => Fail::UnknownTask(task),
+        Error::TaskExists { task } => Fail::TaskExists(task),
+        Error::InvalidArgument(_) => Fail::InvalidArgument,
+        Error::ReadOnly => Fail::ReadOnly,
+        other => panic!("{what}: an error the model never expects: {other}"),
+    })
+}
+
+// ---------------------------------------------------------------------------------------
+// The model
+
+#[derive(Debug, Clone, PartialEq)]
+struct CallModel {
+    id: String,
+    tool: String,
+    args: Vec<u8>,
+    result: Option<Vec<u8>>,
+}
+
+#[derive(Debug, Clone, Default)]
+struct TaskModel {
+    /// `states[i]`: the state as of seq `i + 1`.
+    states: Vec<AgentState>,
+    origin: Option<(String, u64)>,
+    /// In the order they began.
+    calls: Vec<CallModel>,
+}
+
+/// Every task here exists: it has a checkpoint or a tool call.
+#[derive(Debug, Default)]
+struct Model {
+    tasks: BTreeMap<String, TaskModel>,
+    keep: Option<u64>,
+}
+
+impl Model {
+    fn latest(&self, task: &str) -> u64 {
+        self.tasks.get(task).map_or(0, |t| t.states.len() as u64)
+    }
+
+    /// Oldest seq retention serves (0 for a task without checkpoints).
+    fn retained_from(&self, task: &str) -> u64 {
+        let latest = self.latest(task);
+        match (latest, self.keep) {
+            (0, _) => 0,
+            (_, None) => 1,
+            (_, Some(k)) => latest.saturating_sub(k - 1).max(1),
+        }
+    }
+
+    fn commit(&mut self, task: &str, expected: Option<u64>, delta: &AgentDelta) -> Outcome<u64> {
+        let latest = self.latest(task);
+        if let Some(expected) = expected
+            && expected != latest
+        {
+            return Err(Fail::Conflict {
+                task: task.into(),
+                expected,
+                actual: latest,
+            });
+        }
+        let t = self.tasks.entry(task.into()).or_default();
+        let mut state = t.states.last().cloned().unwrap_or_default();
+        state.apply(delta);
+        t.states.push(state);
+        Ok(latest + 1)
+    }
+
+    fn load(&self, task: &str, seq: u64) -> Outcome<Option<AgentState>> {
+        let Some(t) = self.tasks.get(task) else {
+            return Ok(None);
+        };
+        let latest = t.states.len() as u64;
+        if seq == 0 || seq > latest {
+            return Err(Fail::UnknownSeq {
+                task: task.into(),
+                seq,
+                latest,
+            });
+        }
+        if seq < self.retained_from(task) {
+            return Ok(None);
+        }
+        Ok(Some(t.states[seq as usize - 1].clone()))
+    }
+
+    fn fork(&mut self, task: &str, seq: u64, new_task: &str) -> Outcome<u64> {
+        let Some(state) = self.load(task, seq)? else {
+            return Err(match self.tasks.contains_key(task) {
+                false => Fail::UnknownTask(task.into()),
+                true => Fail::InvalidArgument,
+            });
+        };
+        if self.latest(new_task) != 0 {
+            return Err(Fail::TaskExists(new_task.into()));
+        }
+        let t = self.tasks.entry(new_task.into()).or_default();
+        t.states.push(state);
+        t.origin = Some((task.into(), seq));
+        Ok(1)
+    }
+
+    fn delete(&mut self, task: &str) -> Outcome<()> {
+        match self.tasks.remove(task) {
+            Some(_) => Ok(()),
+            None => Err(Fail::UnknownTask(task.into())),
+        }
+    }
+
+    fn begin_call(&mut self, task: &str, call: &str, tool: &str, args: &[u8]) -> Outcome<()> {
+        if let Some(c) = self
+            .tasks
+            .get(task)
+            .and_then(|t| t.calls.iter().find(|c| c.id == call))
+        {
+            return match c.result.is_none() && c.tool == tool && c.args == args {
+                true => Ok(()),
+                false => Err(Fail::InvalidArgument),
+            };
+        }
+        self.tasks
+            .entry(task.into())
+            .or_default()
+            .calls
+            .push(CallModel {
+                id: call.into(),
+                tool: tool.into(),
+                args: args.to_vec(),
+                result: None,
+            });
+        Ok(())
+    }
+
+    fn finish_call(&mut self, task: &str, call: &str, result: &[u8]) -> Outcome<()> {
+        let Some(t) = self.tasks.get_mut(task) else {
+            return Err(Fail::UnknownTask(task.into()));
+        };
+        let Some(c) = t.calls.iter_mut().find(|c| c.id == call) else {
+            return Err(Fail::InvalidArgument);
+        };
+        match &c.result {
+            Some(r) if r == result => Ok(()),
+            Some(_) => Err(Fail::InvalidArgument),
+            None => {
+                c.result = Some(result.to_vec());
+                Ok(())
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// The run
+
+struct Run {
+    dir: PathBuf,
+    options: Options,
+    store: Option<Store>,
+    model: Model,
+}
+
+/// Decodes the input and runs it; panics where the store and the model disagree.
+pub fn check(data: &[u8]) {
+    let u = Unstructured::new(data);
+    let Ok(input) = Input::arbitrary_take_rest(u) else {
+        return;
+    };
+    let scratch = super::scratch_dir();
+    let keep = input.keep.map(|k| 1 + u64::from(k % 3));
+    let options = Options {
+        sync: SyncMode::Always,
+        segment_bytes: if input.big_segments { 16384 } else { 4096 },
+        snapshot_every: 1 + u32::from(input.snapshot_every % 4),
+        keep_checkpoints: keep.map(|k| k as u32),
+        auto_compact: false,
+        ..Options::default()
+    };
+    let mut run = Run {
+        dir: scratch.path().join("store"),
+        options,
+        store: None,
+        model: Model {
+            keep,
+            ..Model::default()
+        },
+    };
+    run.reopen("the first open");
+    for (i, op) in input.ops.iter().take(OPS_MAX).enumerate() {
+        run.apply(op, &format!("op #{i} {op:?}"));
+    }
+    run.sweep(run.store(), true, "the final sweep");
+}
+
+impl Run {
+    fn store(&self) -> &Store {
+        self.store.as_ref().expect("the store is open")
+    }
+
+    fn reopen(&mut self, what: &str) -> agentwal::RecoveryReport {
+        self.store = None;
+        let store = Store::open_with(&self.dir, self.options)
+            .unwrap_or_else(|e| panic!("{what}: open failed: {e}"));
+        let report = store.recovery_report();
+        self.store = Some(store);
+        report
+    }
+
+    fn apply(&mut self, op: &Op, what: &str) {
+        match op {
+            Op::Commit { task, delta } => {
+                let (task, delta) = (pick(&TASKS, *task), delta.delta());
+                let got = classify(self.store().commit(task, &delta), what);
+                assert_eq!(got, self.model.commit(task, None, &delta), "{what}");
+            }
+            Op::CommitIf {
+                task,
+                expected,
+                delta,
+            } => {
+                let (task, delta) = (pick(&TASKS, *task), delta.delta());
+                let latest = self.model.latest(task);
+                let expected = match expected {
+                    ExpectedSpec::Latest => latest,
+                    ExpectedSpec::Above => latest + 1,
+                    ExpectedSpec::Below => latest.saturating_sub(1),
+                    ExpectedSpec::Exact(n) => u64::from(*n),
+                };
+                let got = classify(self.store().commit_if(task, expected, &delta), what);
+                let want = self.model.commit(task, Some(expected), &delta);
+                assert_eq!(got, want, "{what}");
+            }
+            Op::Fork {
+                task,
+                seq,
+                new_task,
+            } => {
+                let (task, new_task) = (pick(&TASKS, *task), pick(&TASKS, *new_task));
+                let seq = u64::from(*seq) % (self.model.latest(task) + 2);
+                let got = classify(self.store().fork(task, seq, new_task), what);
+                assert_eq!(got, self.model.fork(task, seq, new_task), "{what}");
+            }
+            Op::Delete { task } => {
+                let task = pick(&TASKS, *task);
+                let got = classify(self.store().delete_task(task), what);
+                assert_eq!(got, self.model.delete(task), "{what}");
+            }
+            Op::BeginCall {
+                task,
+                call,
+                tool,
+                args,
+            } => {
+                let (task, call) = (pick(&TASKS, *task), pick(&CALLS, *call));
+                let (tool, args) = (pick(&TOOLS, *tool), pick(&BLOBS, *args));
+                let got = classify(self.store().begin_call(task, call, tool, args), what);
+                let want = self.model.begin_call(task, call, tool, args);
+                assert_eq!(got, want, "{what}");
+            }
+            Op::FinishCall { task, call, result } => {
+                let (task, call) = (pick(&TASKS, *task), pick(&CALLS, *call));
+                let result = pick(&BLOBS, *result);
+                let got = classify(self.store().finish_call(task, call, result), what);
+                assert_eq!(got, self.model.finish_call(task, call, result), "{what}");
+            }
+            Op::Reopen => {
+                self.reopen(what);
+                self.sweep(self.store(), true, what);
+            }
+            Op::Crash(damage) => {
+                self.store = None;
+                let garbage = damage_tail(&self.dir, damage);
+                let report = self.reopen(what);
+                if garbage {
+                    assert!(
+                        report.torn_bytes > 0,
+                        "{what}: garbage past the data was not reported as torn"
+                    );
+                }
+                self.sweep(self.store(), true, what);
+            }
+            Op::Compact => {
+                self.store()
+                    .compact()
+                    .unwrap_or_else(|e| panic!("{what}: compaction failed: {e}"));
+                self.sweep(self.store(), true, what);
+            }
+            Op::ReadOnlyView => {
+                let view: Store = Store::open_read_only(&self.dir)
+                    .unwrap_or_else(|e| panic!("{what}: read-only open failed: {e}"));
+                // Read-only handles use the default options: no retention.
+                self.sweep(&view, false, what);
+                let refused = classify(view.commit("a", &AgentDelta::default()), what);
+                assert_eq!(refused, Err(Fail::ReadOnly), "{what}");
+            }
+        }
+    }
+
+    /// Compares everything the store answers with the model. `retention`: the store
+    /// applies the model's retention; otherwise it may also serve older seqs it still has.
+    fn sweep(&self, store: &Store, retention: bool, what: &str) {
+        let what = format!("{what}, sweep");
+        let ids: Vec<String> = self.model.tasks.keys().cloned().collect();
+        assert_eq!(store.tasks().expect("tasks"), ids, "{what}: task ids");
+        for task in TASKS {
+            let what = format!("{what}, task {task}");
+            let model = self.model.tasks.get(task);
+            let latest = self.model.latest(task);
+            let got = store
+                .load_latest(task)
+                .unwrap_or_else(|e| panic!("{what}: load_latest: {e}"))
+                .map(|c| (c.seq, c.state));
+            let want = model
+                .and_then(|t| t.states.last().cloned())
+                .map(|s| (latest, s));
+            assert_eq!(got, want, "{what}: load_latest");
+            for seq in 0..=latest + 1 {
+                let got = classify(store.load(task, seq), &what).map(|c| c.map(|c| c.state));
+                let want = self.model.load(task, seq);
+                let older = seq < self.model.retained_from(task);
+                let fine = match (&got, &want) {
+                    (Ok(Some(g)), Ok(None)) if !retention && older => {
+                        Some(g) == model.map(|t| &t.states[seq as usize - 1])
+                    }
+                    (g, w) => g == w,
+                };
+                assert!(fine, "{what}: load seq {seq}: got {got:?}, want {want:?}");
+            }
+            if retention {
+                let got: Vec<(u64, Option<(String, u64)>)> = store
+                    .list_checkpoints(task)
+                    .unwrap_or_else(|e| panic!("{what}: list_checkpoints: {e}"))
+                    .into_iter()
+                    .map(|c| (c.seq, c.forked_from))
+                    .collect();
+                let from = self.model.retained_from(task).max(1);
+                let want: Vec<(u64, Option<(String, u64)>)> = (from..=latest)
+                    .map(|seq| {
+                        let origin = model.and_then(|t| t.origin.clone());
+                        (seq, origin.filter(|_| seq == 1))
+                    })
+                    .collect();
+                assert_eq!(got, want, "{what}: list_checkpoints");
+            }
+            let calls = model.map(|t| t.calls.clone()).unwrap_or_default();
+            let pending: Vec<(String, String, Vec<u8>)> = store
+                .pending_calls(task)
+                .unwrap_or_else(|e| panic!("{what}: pending_calls: {e}"))
+                .into_iter()
+                .map(|p| (p.call_id, p.tool, p.args))
+                .collect();
+            let want: Vec<(String, String, Vec<u8>)> = calls
+                .iter()
+                .filter(|c| c.result.is_none())
+                .map(|c| (c.id.clone(), c.tool.clone(), c.args.clone()))
+                .collect();
+            assert_eq!(pending, want, "{what}: pending_calls");
+            for call in CALLS {
+                let got = store
+                    .call_result(task, call)
+                    .unwrap_or_else(|e| panic!("{what}: call_result {call}: {e}"));
+                let want = calls
+                    .iter()
+                    .find(|c| c.id == call)
+                    .and_then(|c| c.result.clone());
+                assert_eq!(got, want, "{what}: call_result {call}");
+            }
+        }
+    }
+}
+
+/// Damages what lies past the last record of the newest segment. Returns whether
+/// garbage (non-zero bytes) was left there.
+fn damage_tail(dir: &Path, damage: &TailDamage) -> bool {
+    let Some(path) = newest_segment(dir) else {
+        return false;
+    };
+    let bytes = std::fs::read(&path).expect("reading the newest segment");
+    let Some(end) = data_end(&bytes) else {
+        return false; // sealed: nothing in it is unacknowledged
+    };
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&path)
+        .expect("opening the newest segment");
+    match damage {
+        TailDamage::Nothing => false,
+        TailDamage::CutZeros { keep } => {
+            let zeros = bytes.len() - end;
+            let len = end + usize::from(*keep) % (zeros + 1);
+            file.set_len(len as u64).expect("cutting the segment");
+            false
+        }
+        TailDamage::Garbage {
+            gap,
+            bytes: garbage,
+        } => {
+            let garbage = &garbage[..garbage.len().min(GARBAGE_BYTES_MAX)];
+            let at = end + usize::from(*gap % 32);
+            let mut damaged = bytes.clone();
+            damaged.resize(damaged.len().max(at + garbage.len()), 0);
+            damaged[at..at + garbage.len()].copy_from_slice(garbage);
+            // Bytes that hold a valid record are not garbage but a forged write; a crash
+            // cannot make them, so leave the file alone.
+            if (end..at + garbage.len()).any(|q| record::decode(&damaged[q..]).is_ok()) {
+                return false;
+            }
+            file.write_all_at(garbage, at as u64)
+                .expect("writing garbage");
+            garbage.iter().any(|&b| b != 0)
+        }
+    }
+}
+
+fn newest_segment(dir: &Path) -> Option<PathBuf> {
+    std::fs::read_dir(dir)
+        .expect("listing the store")
+        .filter_map(|e| {
+            let e = e.ok()?;
+            let id = parse_segment_file_name(e.file_name().to_str()?)?;
+            Some((id, e.path()))
+        })
+        .max()
+        .map(|(_, p)| p)
+}
+
+/// Offset just past the last record of a segment; `None` if it ends with a seal.
+fn data_end(bytes: &[u8]) -> Option<usize> {
+    let mut pos = SEGMENT_HEADER_BYTES;
+    while let Ok((h, _)) = record::decode(bytes.get(pos..)?) {
+        if h.kind == KIND_SEAL {
+            return None;
+        }
+        pos += h.record_bytes() as usize;
+    }
+    Some(pos)
+}
