@@ -236,7 +236,12 @@ fn scan_segment(
                 }
                 break;
             }
-            Some(reason) if mode == RecoveryMode::Salvage => match later {
+            // Resuming at the record the scan just rejected (where it began, so not for a
+            // partial batch before it) would stop there again, forever: resume past it.
+            Some(reason) if mode == RecoveryMode::Salvage => match later
+                .filter(|&l| l != start)
+                .or_else(|| later.and_then(|l| find_durable_batch(buf, l + 1, cursor.next_lsn)))
+            {
                 // Report why the record there was rejected; a hole of zeros has no
                 // such reason, only the valid data after it.
                 Some(later) => cursor.skip_to(later, path, stop.reason.unwrap_or(reason), report),
