@@ -76,7 +76,7 @@ pub(crate) fn scan(
     visit: &mut dyn FnMut(RecordRef<'_>) -> Result<()>,
 ) -> Result<Scan> {
     let mut files = list_segments(storage, dir)?;
-    let first = newest_compacted(storage, &files);
+    let first = newest_compacted(storage, &files)?;
     let superseded = files.drain(..first).map(|(_, p)| p).collect();
     let mut out = Scan {
         superseded,
@@ -103,7 +103,13 @@ pub(crate) fn scan(
         }
         check_chain(path, *id, &header, expected, mode)?;
         let state = scan_segment(&buf, path, &header, is_last, mode, visit, &mut out.report)?;
-        out.next_lsn = state.1;
+        // Never hand the writer an LSN an earlier segment already used: salvage does not
+        // check the chain, so a later segment may start below an earlier one's end. (In
+        // the other modes the chain check makes this a no-op.)
+        out.next_lsn = match index {
+            0 => state.1,
+            _ => out.next_lsn.max(state.1),
+        };
         expected = state.0.sealed.then_some((state.0.id + 1, state.1));
         out.report.segments += 1;
         out.segments.push(state.0);
@@ -112,18 +118,28 @@ pub(crate) fn scan(
 }
 
 /// Index of the newest segment written by compaction (it supersedes all before it), or 0.
-fn newest_compacted(storage: &dyn Storage, files: &[(u64, PathBuf)]) -> usize {
+fn newest_compacted(storage: &dyn Storage, files: &[(u64, PathBuf)]) -> Result<usize> {
     let compacted = |path: &Path| {
         let mut buf = [0u8; SEGMENT_HEADER_BYTES];
-        storage
+        let read = storage
             .open(path, false)
-            .and_then(|f| f.read_exact_at(&mut buf, 0))
-            .ok()
-            .and_then(|()| SegmentHeader::decode(&buf, path).ok())
-            .is_some_and(|h| h.is_compacted())
+            .and_then(|f| f.read_exact_at(&mut buf, 0));
+        match read {
+            // Too short for a header: judged by the full scan below.
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => Ok(false),
+            // An I/O error is not a verdict on the file: taking it for "not compacted"
+            // would read superseded segments and report the compacted one as corruption.
+            Err(e) => Err(Error::io(format!("reading the header of {}", path.display()), e)),
+            // A header that does not decode is judged by the full scan below.
+            Ok(()) => Ok(SegmentHeader::decode(&buf, path).is_ok_and(|h| h.is_compacted())),
+        }
     };
-    // A header that does not decode here is judged by the full scan below.
-    files.iter().rposition(|(_, p)| compacted(p)).unwrap_or(0)
+    for (index, (_, path)) in files.iter().enumerate().rev() {
+        if compacted(path)? {
+            return Ok(index);
+        }
+    }
+    Ok(0)
 }
 
 fn read_whole(storage: &dyn Storage, path: &Path, buf: &mut Vec<u8>) -> Result<()> {
