@@ -30,6 +30,17 @@ pub struct PreparedCompaction {
     pub moved: Vec<(RecordPos, RecordPos)>,
     /// Bytes of the compacted segment.
     pub bytes: u64,
+    /// Set once the rename put it in place (even if making that durable then failed).
+    installed: std::sync::atomic::AtomicBool,
+}
+
+impl PreparedCompaction {
+    /// Whether [`Log::install_compaction`] renamed it into place. After an error this
+    /// tells whether the old positions are already gone (the directory fsync failed)
+    /// or nothing changed (the rename failed).
+    pub fn is_installed(&self) -> bool {
+        self.installed.load(std::sync::atomic::Ordering::Acquire)
+    }
 }
 
 impl Log {
@@ -151,12 +162,15 @@ impl Log {
             tmp,
             moved,
             bytes: (SEGMENT_HEADER_BYTES + body.len()) as u64,
+            installed: Default::default(),
         })
     }
 
     /// Step 2: atomically replaces segment `through_id` with the compacted one and makes
     /// the rename durable. From here on, old positions in segments `<= through_id` are
-    /// invalid: the caller must switch to `moved` before anyone reads them again.
+    /// invalid: the caller must switch to `moved` before anyone reads them again. That
+    /// holds after an error too if [`PreparedCompaction::is_installed`] (the rename
+    /// happened and only the directory fsync failed).
     pub fn install_compaction(&self, prepared: &PreparedCompaction) -> Result<()> {
         let dir = self.dir();
         let target = segment_path(dir, prepared.through_id);
@@ -166,9 +180,11 @@ impl Log {
                 e,
             )
         })?;
-        sync_dir(self.storage(), dir)?;
+        prepared
+            .installed
+            .store(true, std::sync::atomic::Ordering::Release);
         self.forget_maps(prepared.through_id);
-        Ok(())
+        sync_dir(self.storage(), dir)
     }
 
     /// Gives up a prepared compaction (deletes its temporary file).

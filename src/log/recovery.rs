@@ -129,7 +129,7 @@ fn newest_compacted(storage: &dyn Storage, files: &[(u64, PathBuf)]) -> Result<u
             Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => Ok(false),
             // An I/O error is not a verdict on the file: taking it for "not compacted"
             // would read superseded segments and report the compacted one as corruption.
-            Err(e) => Err(Error::io(format!("reading the header of {}", path.display()), e)),
+            Err(e) => Err(Error::io(format!("reading {}", path.display()), e)),
             // A header that does not decode is judged by the full scan below.
             Ok(()) => Ok(SegmentHeader::decode(&buf, path).is_ok_and(|h| h.is_compacted())),
         }

@@ -284,6 +284,7 @@ struct State {
     locks: HashSet<PathBuf>,
     unsafe_overwrite: bool,
     images: u64,
+    sync_latency: std::time::Duration,
 }
 
 /// The simulated storage. Clones share one disk.
@@ -397,6 +398,17 @@ impl SimStorage {
         })))
     }
 
+    /// An independent copy of this disk, volatile and durable state alike: what a
+    /// process kill leaves to the next process (the page cache survives; the disk still
+    /// holds only what was synced). Counters, faults and locks start afresh.
+    pub fn fork(&self) -> SimStorage {
+        let fs = self.0.lock().fs.clone();
+        SimStorage(Arc::new(Mutex::new(State {
+            fs,
+            ..State::default()
+        })))
+    }
+
     /// Operations started so far (failed ones included).
     pub fn ops(&self) -> u64 {
         self.0.lock().ops
@@ -417,6 +429,12 @@ impl SimStorage {
     /// overwrite", DESIGN.md §4; the default) or may lose them too.
     pub fn set_powersafe_overwrite(&self, on: bool) {
         self.0.lock().unsafe_overwrite = !on;
+    }
+
+    /// Makes every `sync_data` take this long (after its effect, outside any lock), so
+    /// that concurrent appenders queue up behind it as they would behind a disk.
+    pub fn set_sync_latency(&self, latency: std::time::Duration) {
+        self.0.lock().sync_latency = latency;
     }
 
     /// Starts logging every operation, numbered from here.
@@ -618,8 +636,12 @@ impl StorageFile for SimFile {
         self.change("allocate", SimOp::Allocate(self.ino, offset + len))
     }
     fn sync_data(&self) -> io::Result<()> {
-        self.sim
-            .run("sync_data", |_| Ok((Some(SimOp::SyncData(self.ino)), ())))
+        let op = SimOp::SyncData(self.ino);
+        let latency = self
+            .sim
+            .run("sync_data", |st| Ok((Some(op), st.sync_latency)))?;
+        std::thread::sleep(latency);
+        Ok(())
     }
     fn len(&self) -> io::Result<u64> {
         self.read("len", |data| Ok(data.len() as u64))

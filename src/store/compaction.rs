@@ -113,8 +113,13 @@ pub(crate) fn run_pass(inner: &Inner, force: bool) -> Result<CompactionReport> {
                 "compaction skipped: indexed record {missing:?} was not copied (retry later)"
             )));
         }
-        log.install_compaction(&prepared)?;
-        remap(&inner.index, &map, through);
+        let installed = log.install_compaction(&prepared);
+        // A failed directory fsync leaves the compacted segment in place (its durability
+        // unknown, so nothing is deleted below): the old positions are gone either way.
+        if prepared.is_installed() {
+            remap(&inner.index, &map, through);
+        }
+        installed?;
     }
     let (removed, removed_bytes) = log.remove_superseded(through)?;
     let replaced: u64 = sealed
