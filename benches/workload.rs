@@ -55,7 +55,9 @@
 //! `AGENTWAL_BENCH_ROUNDS` (full default 3; each figure is the median over rounds),
 //! `AGENTWAL_BENCH_BACKENDS` (comma-separated names, e.g. `agentwal,okaywal`, for
 //! profiling), `AGENTWAL_BENCH_LARGE_MIB`, `AGENTWAL_BENCH_INDEX_TASKS` (0 skips),
-//! `AGENTWAL_BENCH_DIR` (where stores go; default Cargo's target tmp directory, on the
+//! `AGENTWAL_BENCH_CALM_US` (before each backend run, wait up to 30 s until a 4 KiB
+//! fdatasync probe takes at most this long: for shared machines), `AGENTWAL_BENCH_DIR`
+//! (where stores go; default Cargo's target tmp directory, on the
 //! project's disk: never a tmpfs, where fsync costs nothing), `AGENTWAL_BENCH_OUT`.
 
 use std::collections::BTreeMap;
@@ -92,6 +94,9 @@ struct Config {
     cold_loads: usize,
     large_store_bytes: u64,
     index_tasks: usize,
+    /// Before each backend run, wait (up to 30 s) until the disk probe's fdatasync
+    /// p50 is at most this many µs (0: do not wait).
+    calm_us: f64,
     base: PathBuf,
     out_dir: PathBuf,
 }
@@ -142,6 +147,7 @@ impl Config {
             } else {
                 1024
             }) << 20,
+            calm_us: env_parse("AGENTWAL_BENCH_CALM_US").unwrap_or(0.0),
             index_tasks: env_parse("AGENTWAL_BENCH_INDEX_TASKS").unwrap_or(if quick {
                 0
             } else {
@@ -441,6 +447,8 @@ struct Measurement {
     mean_batch: Option<f64>,
     /// SQLite only: SQLITE_BUSY errors that escaped the busy handler (retried).
     busy_retries: Option<f64>,
+    /// fdatasync p50 (µs) of the disk probe just before this run: other load on the disk.
+    probe_us: f64,
 }
 
 impl Measurement {
@@ -500,6 +508,7 @@ impl Measurement {
             fsyncs: med_opt(&|m| m.fsyncs),
             mean_batch: med_opt(&|m| m.mean_batch),
             busy_retries: med_opt(&|m| m.busy_retries),
+            probe_us: med(&|m| m.probe_us),
         }
     }
 }
@@ -536,6 +545,40 @@ fn dir_usage(dir: &Path) -> (u64, u64) {
         }
     }
     total
+}
+
+/// p50 of 16 `pwrite` (4 KiB) + `sync_data` into an already written file under `base`:
+/// what one fdatasync costs on this disk right now (other processes' I/O shows here).
+fn disk_probe(cfg: &Config) -> f64 {
+    use std::os::unix::fs::FileExt;
+    let dir = cfg.tmpdir("bench-workload-probe-");
+    let file = File::create(dir.path().join("probe")).expect("create the probe file");
+    file.write_all_at(&[0u8; 64 << 10], 0)
+        .expect("write the probe file");
+    file.sync_all().expect("sync the probe file");
+    let block = [0x5Au8; 4096];
+    let mut times: Vec<Duration> = (0..16u64)
+        .map(|i| {
+            let t0 = Instant::now();
+            file.write_all_at(&block, i * 4096).expect("write");
+            file.sync_data().expect("sync_data");
+            t0.elapsed()
+        })
+        .collect();
+    median_duration(&mut times).as_secs_f64() * 1e6
+}
+
+/// Probes the disk; with `calm_us` set, waits up to 30 s for the probe to come down.
+fn wait_for_calm_disk(cfg: &Config) -> f64 {
+    let started = Instant::now();
+    loop {
+        let probe = disk_probe(cfg);
+        if cfg.calm_us <= 0.0 || probe <= cfg.calm_us || started.elapsed() > Duration::from_secs(30)
+        {
+            return probe;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
 }
 
 /// Times `load` on fresh handles (`cold` times: `open`, then one timed load) and on one
@@ -1433,10 +1476,10 @@ fn markdown(cfg: &Config, run: &Run, prov: &Provenance) -> String {
         threads_list.join(", "),
         cfg.rounds,
         run.elapsed.as_secs_f64(),
-        if cfg.quick {
-            "AGENTWAL_BENCH_QUICK=1 "
-        } else {
-            ""
+        match (cfg.quick, cfg.calm_us > 0.0) {
+            (true, _) => "AGENTWAL_BENCH_QUICK=1 ".to_string(),
+            (false, true) => format!("AGENTWAL_BENCH_CALM_US={} ", cfg.calm_us),
+            (false, false) => String::new(),
         }
     );
     let _ = writeln!(
@@ -1623,9 +1666,23 @@ fn markdown(cfg: &Config, run: &Run, prov: &Provenance) -> String {
     let _ = writeln!(w, "## Details\n");
     let _ = writeln!(
         w,
-        "| backend | T | commits/s per round | max commit | other |"
+        "Disk probe: p50 of 16 × (4 KiB `pwrite` + `fdatasync`) into a written file just before \
+         each run; other processes' I/O on the shared disk shows up here as a higher figure{}.\n",
+        if cfg.calm_us > 0.0 {
+            format!(
+                " (runs waited up to 30 s for it to fall to {} or less: AGENTWAL_BENCH_CALM_US={})",
+                fmt_ms(cfg.calm_us / 1e3),
+                cfg.calm_us
+            )
+        } else {
+            String::new()
+        }
     );
-    let _ = writeln!(w, "|---|---:|---|---:|---|");
+    let _ = writeln!(
+        w,
+        "| backend | T | commits/s per round | disk probe per round | max commit | other |"
+    );
+    let _ = writeln!(w, "|---|---:|---|---|---:|---|");
     for &t in &cfg.threads {
         for &b in &cfg.backends {
             let Some(rounds) = run.rounds.get(&(t, b)) else {
@@ -1633,6 +1690,7 @@ fn markdown(cfg: &Config, run: &Run, prov: &Provenance) -> String {
             };
             let m = Measurement::median_of(rounds);
             let per_round: Vec<String> = rounds.iter().map(|r| fmt_rate(r.commits_per_s)).collect();
+            let probes: Vec<String> = rounds.iter().map(|r| fmt_ms(r.probe_us / 1e3)).collect();
             let mut other = Vec::new();
             if let (Some(log), Some(fsyncs), Some(batch)) = (m.log_bytes, m.fsyncs, m.mean_batch) {
                 other.push(format!(
@@ -1645,9 +1703,10 @@ fn markdown(cfg: &Config, run: &Run, prov: &Provenance) -> String {
             }
             let _ = writeln!(
                 w,
-                "| {} | {t} | {} | {} | {} |",
+                "| {} | {t} | {} | {} | {} | {} |",
                 b.name(),
                 per_round.join(" / "),
+                probes.join(" / "),
                 fmt_ms(m.max_ms),
                 other.join("; ")
             );
@@ -1881,10 +1940,12 @@ fn main() {
             for k in 0..n {
                 let b = cfg.backends[(k + round) % n];
                 let dir = cfg.tmpdir(&format!("bench-workload-{}-", b.name()));
+                let probe = wait_for_calm_disk(&cfg);
                 let t0 = Instant::now();
-                let m = b.run(&cfg, dir.path(), t);
+                let mut m = b.run(&cfg, dir.path(), t);
+                m.probe_us = probe;
                 eprintln!(
-                    "round {}/{} T={t:>2} {:<18} {:>9} commits/s  p50 {:>9}  p99 {:>9}  disk {:>10}  ({:.1} s)",
+                    "round {}/{} T={t:>2} {:<18} {:>9} commits/s  p50 {:>9}  p99 {:>9}  disk {:>10}  ({:.1} s, probe {probe:.0} µs)",
                     round + 1,
                     cfg.rounds,
                     b.name(),
