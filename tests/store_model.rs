@@ -19,6 +19,22 @@
 //! make them unknowable). Every reopen, compaction and read-only view is
 //! followed by a sweep comparing every task, seq and call with the model.
 //!
+//! Retention: cases run with `keep_checkpoints` of 1 to 4 or `None`, and `Reopen` may
+//! change it, as may a read-only view. The store must serve exactly the last `keep` seqs
+//! of a task (the latest always): `list_checkpoints` lists only those, `load` of an older
+//! seq is `Ok(None)` (seq 0 or past the latest is still `UnknownSeq`),
+//! `load_latest_matching` looks only at those, and `fork` from an older one is
+//! `InvalidArgument`. Compaction forgets, and drops from sealed segments, each task's
+//! checkpoints before the fold base (the snapshot) of its oldest retained seq; what the
+//! model knows of the log (which incarnation and seq each record holds, and which
+//! checkpoints are snapshots, as the store reported when writing them) tells which
+//! records survive, so record counts stay exact. The active segment keeps its records,
+//! so a reopened store can hold a task's history from a delta in the middle of a chain
+//! ("headless"); a larger `keep` then still serves only from its first snapshot on. As
+//! long as no compaction ran with a smaller `keep`, the model also checks the plain
+//! promise (exactly the last `keep`) independently of that bookkeeping. `max_age` depends
+//! on the clock, so a plain test covers it instead.
+//!
 //! The default case counts keep the file under ~30 s in a debug build; `PROPTEST_CASES`
 //! overrides them. Failures are not persisted to files: a failing sequence found here
 //! becomes a plain `#[test]` at the bottom of this file.
@@ -165,14 +181,23 @@ enum Op {
     },
     Tasks,
     Stats,
+    /// Reopens the writer, with `keep_checkpoints` changed if `keep` says so.
     Reopen {
         cut: Option<Cut>,
+        keep: Option<Keep>,
     },
     /// A forced compaction pass: no answer may change.
     Compact,
-    /// Opens a read-only handle next to the writer, sweeps it, and checks it refuses writes.
-    ReadOnlyView,
+    /// Opens a read-only handle next to the writer (with the writer's retention, or with
+    /// `keep`), sweeps it, and checks it refuses writes.
+    ReadOnlyView {
+        keep: Option<Keep>,
+    },
 }
+
+/// A `keep_checkpoints` setting.
+#[derive(Debug, Clone, Copy)]
+struct Keep(Option<u32>);
 
 // ---------------------------------------------------------------------------------------
 // Errors, compared by variant and fields
@@ -235,9 +260,75 @@ struct TaskModel {
     incarnation: u64,
     /// `states[i]` is the state as of seq `i + 1`.
     states: Vec<AgentState>,
+    /// `snapshots[i]`: whether checkpoint `i + 1` was written as a full snapshot. The
+    /// snapshot policy is the store's to choose (`check_checkpoints` checks its bound), so
+    /// this is learnt from `list_checkpoints` right after each commit; what it decides is
+    /// which records retention keeps as fold bases.
+    snapshots: Vec<bool>,
+    /// The oldest seq the writer's index still holds (1 until compaction prunes the
+    /// checkpoints retention no longer needs; after a reopen, the oldest the log holds).
+    indexed_from: u64,
     origin: Option<(String, u64)>,
     /// In the order they began.
     calls: Vec<CallModel>,
+}
+
+impl TaskModel {
+    fn latest(&self) -> u64 {
+        self.states.len() as u64
+    }
+
+    fn is_snapshot(&self, seq: u64) -> bool {
+        self.snapshots[seq as usize - 1]
+    }
+
+    /// The oldest seq a fold can rebuild from what the index holds: its first, unless
+    /// that is a delta after seq 1 (a "headless" history compaction left behind), then
+    /// the first snapshot after it.
+    fn first_loadable(&self) -> u64 {
+        let from = self.indexed_from.max(1);
+        if from == 1 || self.is_snapshot(from) {
+            return from;
+        }
+        let snapshot = (from..=self.latest()).find(|&s| self.is_snapshot(s));
+        snapshot.unwrap_or_else(|| panic!("a headless history without a snapshot: {self:?}"))
+    }
+
+    /// The oldest seq retention serves (0 for a task without checkpoints): the last `keep`,
+    /// and never one the index can no longer rebuild.
+    fn retained_from(&self, keep: Option<u32>) -> u64 {
+        let latest = self.latest();
+        if latest == 0 {
+            return 0;
+        }
+        let by_keep = keep.map_or(1, |k| (latest + 1).saturating_sub(u64::from(k)).max(1));
+        self.first_loadable().max(by_keep)
+    }
+
+    /// The oldest record compaction keeps: the fold base of the oldest retained seq.
+    fn needed_from(&self, keep: Option<u32>) -> u64 {
+        let from = self.indexed_from.max(1);
+        let retained = self.retained_from(keep);
+        (from..=retained)
+            .rev()
+            .find(|&s| self.is_snapshot(s))
+            .unwrap_or(from)
+    }
+}
+
+/// One record of the log, as the model sees it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Rec {
+    /// Checkpoint `seq` of a task incarnation.
+    Checkpoint {
+        incarnation: u64,
+        seq: u64,
+    },
+    /// A tool call's begin or finish record.
+    Call {
+        incarnation: u64,
+    },
+    Delete,
 }
 
 /// Every task in `tasks` exists (has a checkpoint or a call); failed operations never
@@ -245,11 +336,17 @@ struct TaskModel {
 #[derive(Debug, Clone, Default)]
 struct Model {
     tasks: BTreeMap<String, TaskModel>,
-    /// The records in the log, oldest first: the incarnation of the task a checkpoint or
-    /// call record belongs to, `None` for a deletion record. Each successful write appends
-    /// one; compaction drops those of dead tasks (and deletions) from sealed segments.
-    log: Vec<Option<u64>>,
+    /// The records in the log, oldest first. Each successful write appends one;
+    /// compaction drops, from sealed segments, those of dead tasks, deletions, and the
+    /// checkpoints older than their task's fold base of the oldest retained seq.
+    log: Vec<Rec>,
     incarnations: u64,
+    /// `keep_checkpoints` of the handle this model describes.
+    keep: Option<u32>,
+    /// The smallest `keep_checkpoints` any compaction ran with (`None`: unbounded, or no
+    /// compaction yet). While `keep` is no larger, retention must serve exactly the last
+    /// `keep` checkpoints: no record it needs can have been dropped.
+    compacted_keep: Option<u32>,
 }
 
 impl Model {
@@ -262,6 +359,7 @@ impl Model {
         let next = self.incarnations + 1;
         let t = self.tasks.entry(task.into()).or_insert_with(|| TaskModel {
             incarnation: next,
+            indexed_from: 1,
             ..TaskModel::default()
         });
         if t.incarnation == next {
@@ -270,28 +368,101 @@ impl Model {
         t
     }
 
-    /// Appends the record of a write to `task` (`None`: a deletion).
-    fn wrote(&mut self, task: Option<&str>) {
-        let incarnation = task.map(|t| self.tasks[t].incarnation);
-        self.log.push(incarnation);
+    /// Appends the record of a write to `task` (`None`: a deletion): a checkpoint if
+    /// `checkpoint`, else a tool-call record.
+    fn wrote(&mut self, task: Option<&str>, checkpoint: bool) {
+        self.log.push(match task.map(|t| &self.tasks[t]) {
+            None => Rec::Delete,
+            Some(t) if checkpoint => Rec::Checkpoint {
+                incarnation: t.incarnation,
+                seq: t.latest(),
+            },
+            Some(t) => Rec::Call {
+                incarnation: t.incarnation,
+            },
+        });
     }
 
     /// What a forced compaction leaves: of the records before the active segment's
-    /// `in_active`, only those of tasks that still exist; the active segment's all.
+    /// `in_active`, only the live ones (tool calls of tasks that still exist, checkpoints
+    /// from their task's fold base of the oldest retained seq on); the active segment's
+    /// all. The writer's index forgets the checkpoints before those fold bases.
     fn compact(&mut self, in_active: usize) {
-        let live: Vec<u64> = self.tasks.values().map(|t| t.incarnation).collect();
-        let sealed = self.log.len() - in_active;
-        let mut log: Vec<Option<u64>> = self.log[..sealed]
-            .iter()
-            .copied()
-            .filter(|r| r.is_some_and(|i| live.contains(&i)))
+        let keep = self.keep;
+        let needed: BTreeMap<u64, u64> = self
+            .tasks
+            .values_mut()
+            .map(|t| {
+                let needed = t.needed_from(keep);
+                t.indexed_from = t.indexed_from.max(needed);
+                (t.incarnation, needed)
+            })
             .collect();
+        let live = |r: &Rec| match *r {
+            Rec::Checkpoint { incarnation, seq } => {
+                needed.get(&incarnation).is_some_and(|&n| seq >= n)
+            }
+            Rec::Call { incarnation } => needed.contains_key(&incarnation),
+            Rec::Delete => false,
+        };
+        let sealed = self.log.len() - in_active;
+        let mut log: Vec<Rec> = self.log[..sealed].iter().copied().filter(live).collect();
         log.extend_from_slice(&self.log[sealed..]);
         self.log = log;
+        self.compacted_keep = match (self.compacted_keep, keep) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+    }
+
+    /// The model of a store opened on this log with `keep_checkpoints` = `keep`: its
+    /// index holds every checkpoint the log still holds.
+    fn reopened(&self, keep: Option<u32>) -> Model {
+        let mut m = self.clone();
+        m.keep = keep;
+        for t in m.tasks.values_mut() {
+            t.indexed_from = self
+                .log
+                .iter()
+                .find_map(|r| match *r {
+                    Rec::Checkpoint { incarnation, seq } if incarnation == t.incarnation => {
+                        Some(seq)
+                    }
+                    _ => None,
+                })
+                .unwrap_or(1);
+        }
+        m
     }
 
     fn latest(&self, task: &str) -> u64 {
-        self.tasks.get(task).map_or(0, |t| t.states.len() as u64)
+        self.tasks.get(task).map_or(0, TaskModel::latest)
+    }
+
+    /// The oldest seq of `task` retention serves (0 if it has no checkpoint).
+    fn retained_from(&self, task: &str) -> u64 {
+        let Some(t) = self.tasks.get(task) else {
+            return 0;
+        };
+        let from = t.retained_from(self.keep);
+        let never_more_than = |a: Option<u32>, b: Option<u32>| match (a, b) {
+            (_, None) => true,
+            (None, Some(_)) => false,
+            (Some(a), Some(b)) => a <= b,
+        };
+        if never_more_than(self.keep, self.compacted_keep) && t.latest() > 0 {
+            // The promise, independent of how the model tracks the log: the last `keep`
+            // checkpoints, all of them without a limit.
+            let k = self.keep.map_or(u64::MAX, u64::from);
+            let promised = t.latest().saturating_sub(k - 1).max(1);
+            assert_eq!(from, promised, "retention must serve the last {k} of {t:?}");
+        }
+        from
+    }
+
+    /// The seqs of `task` retention serves, oldest first.
+    fn retained(&self, task: &str) -> std::ops::RangeInclusive<u64> {
+        self.retained_from(task).max(1)..=self.latest(task)
     }
 
     fn task_ids(&self) -> Vec<String> {
@@ -322,16 +493,17 @@ impl Model {
             "generated state of {bytes} bytes is too big"
         );
         t.states.push(state);
-        self.wrote(Some(task));
+        self.wrote(Some(task), true);
         Ok(latest + 1)
     }
 
-    /// `load`: `None` for a task that does not exist; seq 0 or past the latest is an error.
+    /// `load`: `None` for a task that does not exist or a seq retention no longer serves;
+    /// seq 0 or past the latest is an error.
     fn load(&self, task: &str, seq: u64) -> Outcome<Option<AgentState>> {
         let Some(t) = self.tasks.get(task) else {
             return Ok(None);
         };
-        let latest = t.states.len() as u64;
+        let latest = t.latest();
         if seq == 0 || seq > latest {
             return Err(Fail::UnknownSeq {
                 task: task.into(),
@@ -339,12 +511,34 @@ impl Model {
                 latest,
             });
         }
+        if !self.retained(task).contains(&seq) {
+            return Ok(None);
+        }
         Ok(Some(t.states[seq as usize - 1].clone()))
+    }
+
+    /// The newest retained checkpoint whose state passes `accept`.
+    fn load_latest_matching(
+        &self,
+        task: &str,
+        accept: impl Fn(&AgentState) -> bool,
+    ) -> Option<(u64, AgentState)> {
+        let t = self.tasks.get(task)?;
+        self.retained(task)
+            .rev()
+            .map(|seq| (seq, &t.states[seq as usize - 1]))
+            .find(|(_, state)| accept(state))
+            .map(|(seq, state)| (seq, state.clone()))
     }
 
     fn fork(&mut self, task: &str, seq: u64, new_task: &str) -> Outcome<u64> {
         let Some(state) = self.load(task, seq)? else {
-            return Err(Fail::UnknownTask(task.into()));
+            // A seq retention dropped: only the message says why.
+            return Err(if self.tasks.contains_key(task) {
+                Fail::InvalidArgument
+            } else {
+                Fail::UnknownTask(task.into())
+            });
         };
         if self.latest(new_task) != 0 {
             return Err(Fail::TaskExists(new_task.into()));
@@ -353,7 +547,7 @@ impl Model {
         let t = self.task_mut(new_task);
         t.states.push(state);
         t.origin = Some((task.into(), seq));
-        self.wrote(Some(new_task));
+        self.wrote(Some(new_task), true);
         Ok(1)
     }
 
@@ -361,7 +555,7 @@ impl Model {
         if self.tasks.remove(task).is_none() {
             return Err(Fail::UnknownTask(task.into()));
         }
-        self.wrote(None);
+        self.wrote(None, false);
         Ok(())
     }
 
@@ -383,7 +577,7 @@ impl Model {
             args: args.to_vec(),
             result: None,
         });
-        self.wrote(Some(task));
+        self.wrote(Some(task), false);
         Ok(())
     }
 
@@ -399,7 +593,7 @@ impl Model {
             Some(_) => Err(Fail::InvalidArgument),
             None => {
                 c.result = Some(result.to_vec());
-                self.wrote(Some(task));
+                self.wrote(Some(task), false);
                 Ok(())
             }
         }
@@ -422,8 +616,13 @@ impl Model {
         })
     }
 
+    /// The checkpoints the index holds over all tasks (what `stats()` counts): the
+    /// retained ones and, until compaction prunes them, older ones.
     fn checkpoints(&self) -> u64 {
-        self.tasks.values().map(|t| t.states.len() as u64).sum()
+        self.tasks
+            .values()
+            .map(|t| (t.latest() + 1).saturating_sub(t.indexed_from.max(1)))
+            .sum()
     }
 }
 
@@ -454,7 +653,10 @@ impl Harness {
             dir,
             options,
             store: Some(store),
-            model: Model::default(),
+            model: Model {
+                keep: options.keep_checkpoints,
+                ..Model::default()
+            },
             undo: None,
             commits: 0,
             appends: 0,
@@ -482,6 +684,7 @@ impl Harness {
                 let got = store.commit(task, delta).map_err(classify);
                 assert_eq!(got, want, "{ctx}");
                 self.commits += u64::from(got.is_ok());
+                self.learn_snapshot(task, &got, ctx);
             }
             Op::CommitIf {
                 task,
@@ -499,6 +702,7 @@ impl Harness {
                 let got = store.commit_if(task, expected, delta).map_err(classify);
                 assert_eq!(got, want, "{ctx}");
                 self.commits += u64::from(got.is_ok());
+                self.learn_snapshot(task, &got, ctx);
             }
             Op::Load { task, seq } => {
                 let seq = &seq.resolve(self.model.latest(task));
@@ -523,12 +727,9 @@ impl Harness {
                     .load_latest_matching(task, |s| matches_rem(s, *rem))
                     .map_err(classify)
                     .map(|cp| cp.map(|cp| (cp.seq, cp.state)));
-                let want = self.model.tasks.get(*task).and_then(|t| {
-                    (1..=t.states.len())
-                        .rev()
-                        .find(|&seq| matches_rem(&t.states[seq - 1], *rem))
-                        .map(|seq| (seq as u64, t.states[seq - 1].clone()))
-                });
+                let want = self
+                    .model
+                    .load_latest_matching(task, |s| matches_rem(s, *rem));
                 assert_eq!(got, Ok(want), "{ctx}");
             }
             Op::Fork {
@@ -541,6 +742,7 @@ impl Harness {
                 let want = self.model.fork(task, *seq, new_task);
                 let got = store.fork(task, *seq, new_task).map_err(classify);
                 assert_eq!(got, want, "{ctx}");
+                self.learn_snapshot(new_task, &got, ctx);
             }
             Op::Delete { task } => {
                 let want = self.model.delete(task);
@@ -584,14 +786,14 @@ impl Harness {
                 );
                 assert_eq!(got, want, "{ctx}: (tasks, checkpoints, commits, appends)");
             }
-            Op::Reopen { cut } => {
+            Op::Reopen { cut, keep } => {
                 drop(store);
-                self.reopen(*cut, ctx);
+                self.reopen(*cut, *keep, ctx);
                 return;
             }
-            Op::ReadOnlyView => {
+            Op::ReadOnlyView { keep } => {
                 drop(store);
-                self.read_only_view(ctx);
+                self.read_only_view(*keep, ctx);
                 return;
             }
             Op::Compact => {
@@ -621,7 +823,27 @@ impl Harness {
         );
     }
 
-    fn reopen(&mut self, cut: Option<Cut>, ctx: &str) {
+    /// Records whether the checkpoint a successful commit or fork just wrote is a
+    /// snapshot (the latest checkpoint is always listed).
+    fn learn_snapshot(&mut self, task: &str, outcome: &Outcome<u64>, ctx: &str) {
+        let Ok(seq) = *outcome else { return };
+        let list = self
+            .store()
+            .list_checkpoints(task)
+            .expect("list_checkpoints");
+        let last = list
+            .last()
+            .unwrap_or_else(|| panic!("{ctx}: nothing listed"));
+        assert_eq!(
+            last.seq, seq,
+            "{ctx}: the latest is always listed: {list:?}"
+        );
+        let t = self.model.tasks.get_mut(task).expect("committed");
+        t.snapshots.push(last.snapshot);
+        assert_eq!(t.snapshots.len(), t.states.len(), "{ctx}");
+    }
+
+    fn reopen(&mut self, cut: Option<Cut>, keep: Option<Keep>, ctx: &str) {
         self.store = None; // a clean drop: every write reached the OS
         let mut torn_bytes = 0;
         if let Some(cut) = cut
@@ -630,6 +852,11 @@ impl Harness {
             torn_bytes = cut_last_record(self.dir.path(), cut);
             self.model = undo;
         }
+        if let Some(Keep(keep)) = keep {
+            self.options.keep_checkpoints = keep;
+        }
+        // The reopened index holds every checkpoint the log holds.
+        self.model = self.model.reopened(self.options.keep_checkpoints);
         let store: Store = Store::open_with(self.dir.path(), self.options)
             .unwrap_or_else(|e| panic!("{ctx}: reopen failed: {e}"));
         let r = store.recovery_report();
@@ -649,11 +876,23 @@ impl Harness {
         self.appends = 0;
     }
 
-    fn read_only_view(&mut self, ctx: &str) {
-        let ro: Store = Store::open_read_only(self.dir.path())
-            .unwrap_or_else(|e| panic!("{ctx}: read-only open failed: {e}"));
+    /// A read-only handle with the writer's retention, or with `keep` instead.
+    fn read_only_view(&mut self, keep: Option<Keep>, ctx: &str) {
+        let ro: Store = if let Some(Keep(keep)) = keep {
+            let options = Options {
+                keep_checkpoints: keep,
+                ..Options::default()
+            };
+            Store::open_read_only_with(self.dir.path(), options)
+        } else if self.options.keep_checkpoints.is_none() {
+            Store::open_read_only(self.dir.path())
+        } else {
+            Store::open_read_only_with(self.dir.path(), self.options)
+        }
+        .unwrap_or_else(|e| panic!("{ctx}: read-only open failed: {e}"));
         assert_eq!(ro.recovery_report().records, self.model.records(), "{ctx}");
-        check_all(&ro, &self.model, ctx);
+        let view = self.model.reopened(ro.options().keep_checkpoints);
+        check_all(&ro, &view, ctx);
         let delta = AgentDelta::default();
         let refused = [
             ro.commit("a", &delta).err(),
@@ -698,7 +937,8 @@ fn check_checkpoints(store: &Store, model: &Model, task: &str, ctx: &str) {
         .collect();
     let want: Vec<(u64, Option<(String, u64)>)> =
         model.tasks.get(task).map_or_else(Vec::new, |t| {
-            (1..=t.states.len() as u64)
+            model
+                .retained(task)
                 .map(|seq| (seq, if seq == 1 { t.origin.clone() } else { None }))
                 .collect()
         });
@@ -706,6 +946,14 @@ fn check_checkpoints(store: &Store, model: &Model, task: &str, ctx: &str) {
         got, want,
         "{ctx}: list_checkpoints({task:?}) (seq, forked_from)"
     );
+    if let Some(t) = model.tasks.get(task) {
+        let got: Vec<bool> = list.iter().map(|c| c.snapshot).collect();
+        let want: Vec<bool> = model.retained(task).map(|s| t.is_snapshot(s)).collect();
+        assert_eq!(
+            got, want,
+            "{ctx}: list_checkpoints({task:?}) snapshot flags"
+        );
+    }
     let every = store.options().snapshot_every as usize;
     let mut run = 0;
     for c in &list {
@@ -741,12 +989,25 @@ fn check_all(store: &Store, model: &Model, ctx: &str) {
         for seq in 0..=latest + 1 {
             let got = store.load(task, seq).map_err(classify).map(|cp| {
                 cp.map(|cp| {
-                    let info = &list[seq as usize - 1];
+                    let info = list.iter().find(|c| c.seq == seq);
+                    let info = info.unwrap_or_else(|| panic!("{ctx}: {task}@{seq} not listed"));
                     assert_eq!(cp.created_at_ms, info.created_at_ms, "{ctx}: {task}@{seq}");
                     cp.state
                 })
             });
             assert_eq!(got, model.load(task, seq), "{ctx}: load({task:?}, {seq})");
+        }
+        for rem in 0..3 {
+            let got = store
+                .load_latest_matching(task, |s| matches_rem(s, rem))
+                .map_err(classify)
+                .map(|cp| cp.map(|cp| (cp.seq, cp.state)));
+            let want = model.load_latest_matching(task, |s| matches_rem(s, rem));
+            assert_eq!(
+                got,
+                Ok(want),
+                "{ctx}: load_latest_matching({task:?}, {rem})"
+            );
         }
         assert_eq!(
             pending_of(store, task),
@@ -768,6 +1029,63 @@ fn check_all(store: &Store, model: &Model, ctx: &str) {
         (model.tasks.len() as u64, model.checkpoints()),
         "{ctx}: stats (tasks, checkpoints)"
     );
+    check_task_infos(store, model, ctx);
+}
+
+/// `task_infos` and `calls` (the CLI's views) against the model.
+fn check_task_infos(store: &Store, model: &Model, ctx: &str) {
+    type Info = (String, u64, u64, u64, u64, Option<(String, u64)>);
+    let infos = store.task_infos().expect("task_infos");
+    let got: Vec<Info> = infos
+        .into_iter()
+        .map(|i| {
+            let summary = (i.latest_seq, i.checkpoints, i.snapshots, i.calls);
+            (
+                i.task,
+                summary.0,
+                summary.1,
+                summary.2,
+                summary.3,
+                i.forked_from,
+            )
+        })
+        .collect();
+    let want: Vec<Info> = model
+        .tasks
+        .iter()
+        .map(|(id, t)| {
+            let retained = model.retained(id);
+            let indexed = t.indexed_from.max(1)..=t.latest();
+            (
+                id.clone(),
+                t.latest(),
+                retained.clone().count() as u64,
+                indexed.filter(|&s| t.is_snapshot(s)).count() as u64,
+                t.calls.len() as u64,
+                // Where a task came from is its seq 1's to say, while that is retained.
+                t.origin.clone().filter(|_| retained.contains(&1)),
+            )
+        })
+        .collect();
+    assert_eq!(
+        got, want,
+        "{ctx}: task_infos (task, latest_seq, checkpoints, snapshots, calls, forked_from)"
+    );
+    for task in TASKS {
+        let got: Vec<CallModel> = store
+            .calls(task)
+            .expect("calls")
+            .into_iter()
+            .map(|c| CallModel {
+                id: c.call_id,
+                tool: c.tool,
+                args: c.args,
+                result: c.result,
+            })
+            .collect();
+        let want = model.tasks.get(task).map_or(&[][..], |t| &t.calls[..]);
+        assert_eq!(got, want, "{ctx}: calls({task:?})");
+    }
 }
 
 /// The newest segment file of `dir`.
@@ -962,19 +1280,58 @@ fn op() -> impl Strategy<Value = Op> {
         1 => task().prop_map(|task| Op::ListCheckpoints { task }),
         1 => Just(Op::Tasks),
         1 => Just(Op::Stats),
-        3 => prop::option::weighted(0.5, (any::<u16>(), any::<bool>())
-            .prop_map(|(at, zero_fill)| Cut { at, zero_fill }))
-            .prop_map(|cut| Op::Reopen { cut }),
-        1 => Just(Op::ReadOnlyView),
+        3 => (
+            prop::option::weighted(0.5, (any::<u16>(), any::<bool>())
+                .prop_map(|(at, zero_fill)| Cut { at, zero_fill })),
+            prop::option::weighted(0.2, keep().prop_map(Keep)),
+        )
+            .prop_map(|(cut, keep)| Op::Reopen { cut, keep }),
+        1 => prop::option::weighted(0.3, keep().prop_map(Keep))
+            .prop_map(|keep| Op::ReadOnlyView { keep }),
         1 => Just(Op::Compact),
     ]
 }
 
-fn options(sync: SyncMode, snapshot_every: u32) -> Options {
+/// Operations for long histories of two tasks under retention: mostly commits, with
+/// compactions, reopens that change `keep_checkpoints`, and read-only views with another
+/// one. A compaction leaves a task's history "headless" when the active segment holds
+/// deltas older than its fold base (they stay, the older records go); a reopen indexes
+/// them again and a larger `keep` must then stop at the first snapshot.
+fn retention_op() -> impl Strategy<Value = Op> {
+    let task = || select(&TASKS[..2]);
+    prop_oneof![
+        12 => (task(), delta()).prop_map(|(task, delta)| Op::Commit { task, delta }),
+        2 => (task(), seq()).prop_map(|(task, seq)| Op::Load { task, seq }),
+        1 => (task(), 0usize..3).prop_map(|(task, rem)| Op::LoadLatestMatching { task, rem }),
+        2 => (task(), seq(), fork_target())
+            .prop_map(|(task, seq, new_task)| Op::Fork { task, seq, new_task }),
+        1 => fork_target().prop_map(|task| Op::Delete { task }),
+        1 => (task(), select(&CALLS[..]), select(&BLOBS[..]))
+            .prop_map(|(task, call, args)| Op::BeginCall { task, call, tool: "search", args }),
+        1 => Just(Op::Stats),
+        3 => Just(Op::Compact),
+        3 => (
+            prop::option::weighted(0.2, (any::<u16>(), any::<bool>())
+                .prop_map(|(at, zero_fill)| Cut { at, zero_fill })),
+            prop::option::weighted(0.5, keep().prop_map(Keep)),
+        )
+            .prop_map(|(cut, keep)| Op::Reopen { cut, keep }),
+        2 => prop::option::weighted(0.8, keep().prop_map(Keep))
+            .prop_map(|keep| Op::ReadOnlyView { keep }),
+    ]
+}
+
+/// `keep_checkpoints`: mostly a small limit, so retention drops checkpoints constantly.
+fn keep() -> impl Strategy<Value = Option<u32>> {
+    prop_oneof![1 => Just(None), 3 => (1u32..=4).prop_map(Some)]
+}
+
+fn options(sync: SyncMode, snapshot_every: u32, keep_checkpoints: Option<u32>) -> Options {
     Options {
         sync,
         segment_bytes: 4096,
         snapshot_every,
+        keep_checkpoints,
         // Compaction runs only where `Op::Compact` says: a background pass would change
         // the record counts at times the model cannot know.
         auto_compact: false,
@@ -1004,9 +1361,10 @@ proptest! {
     #[test]
     fn store_matches_model(
         snapshot_every in select(vec![1u32, 2, 3, 5]),
+        keep in keep(),
         ops in prop::collection::vec(op(), 1..100),
     ) {
-        Harness::new(options(SyncMode::Never, snapshot_every)).run(&ops);
+        Harness::new(options(SyncMode::Never, snapshot_every, keep)).run(&ops);
     }
 }
 
@@ -1016,9 +1374,24 @@ proptest! {
     /// Durable commits: every acknowledged record survives, a cut loses only the last.
     #[test]
     fn store_matches_model_sync_always(
+        keep in keep(),
         ops in prop::collection::vec(op(), 1..60),
     ) {
-        Harness::new(options(SyncMode::Always, 3)).run(&ops);
+        Harness::new(options(SyncMode::Always, 3, keep)).run(&ops);
+    }
+}
+
+proptest! {
+    #![proptest_config(config(64))]
+
+    /// Retention across compactions and reopens, with `keep_checkpoints` changing.
+    #[test]
+    fn store_matches_model_retention(
+        snapshot_every in select(vec![2u32, 3, 5]),
+        keep in keep(),
+        ops in prop::collection::vec(retention_op(), 1..150),
+    ) {
+        Harness::new(options(SyncMode::Never, snapshot_every, keep)).run(&ops);
     }
 }
 
@@ -1026,7 +1399,7 @@ proptest! {
 // Regressions: minimal sequences the property found, replayed as plain tests.
 
 fn replay(ops: &[Op]) {
-    Harness::new(options(SyncMode::Never, 3)).run(ops);
+    Harness::new(options(SyncMode::Never, 3, None)).run(ops);
 }
 
 /// A `commit_if` that conflicts on a task that does not exist left an empty slot in the
@@ -1064,7 +1437,10 @@ fn regression_conflicting_commit_if_does_not_create_the_task() {
             new_task: "f",
         },
         Op::Delete { task: "a" },
-        Op::Reopen { cut: None },
+        Op::Reopen {
+            cut: None,
+            keep: None,
+        },
         Op::Tasks,
     ]);
 }
@@ -1104,7 +1480,7 @@ fn regression_compaction_makes_the_deletions_it_relies_on_durable() {
         commit(2),
         Op::Delete { task: "c" },
     ];
-    let mut h = Harness::new(options(SyncMode::Never, 3));
+    let mut h = Harness::new(options(SyncMode::Never, 3, None));
     for (i, op) in ops.iter().enumerate() {
         h.step(op, &format!("op #{i}: {op:?}"));
     }
@@ -1122,5 +1498,166 @@ fn regression_compaction_makes_the_deletions_it_relies_on_durable() {
         h.store().stats().fsyncs > fsyncs,
         "compaction dropped c's records without making the deletion durable"
     );
-    h.step(&Op::Reopen { cut: None }, "reopen");
+    h.step(
+        &Op::Reopen {
+            cut: None,
+            keep: None,
+        },
+        "reopen",
+    );
+}
+
+/// `task_infos` reported a fork's origin from the index's memory of it, which outlives
+/// the fork's checkpoint 1 under retention: with `keep_checkpoints: Some(1)` it said
+/// `forked_from: Some(("b", 1))` while `list_checkpoints` no longer served seq 1, until a
+/// compaction dropped seq 1's record and a reopen, which learns origins from that record,
+/// said `None`. The answer depended on whether compaction and a reopen had happened; it
+/// now follows seq 1's retention, as `list_checkpoints` does.
+#[test]
+fn regression_task_infos_forked_from_follows_retention() {
+    let commit = |task| Op::Commit {
+        task,
+        delta: AgentDelta::default(),
+    };
+    let big_call = |task, call| Op::BeginCall {
+        task,
+        call,
+        tool: "search",
+        args: Blob(&[b'y'; 1200]),
+    };
+    let fork = Op::Fork {
+        task: "b",
+        seq: Seq::Exact(1),
+        new_task: "a",
+    };
+    // a@1 (the fork) lands in a segment the large calls seal; compaction drops it.
+    let ops = [
+        commit("b"),
+        fork,
+        commit("a"),
+        big_call("b", "k1"),
+        big_call("b", "k2"),
+        big_call("b", "k3"),
+        big_call("a", "k1"),
+        commit("a"),
+        Op::Compact,
+        Op::Reopen {
+            cut: None,
+            keep: None,
+        },
+    ];
+    // Every checkpoint a snapshot: a@3 needs no older record.
+    let mut h = Harness::new(options(SyncMode::Never, 1, Some(1)));
+    for (i, op) in ops.iter().enumerate() {
+        h.step(op, &format!("op #{i}: {op:?}"));
+        check_task_infos(h.store(), &h.model, &format!("after op #{i}: {op:?}"));
+    }
+    // The reopened store no longer holds a@1: the origin is gone for good.
+    assert!(
+        h.model.tasks["a"].indexed_from > 1,
+        "the setup must drop a@1"
+    );
+}
+
+/// `max_age` retention, which the property leaves out (wall-clock time would make it
+/// flaky there): checkpoints older than `max_age` are no longer served, the latest always
+/// is, `fork` from a dropped one is refused, and all of it holds across a compaction and a
+/// reopen, after which the history the log still holds starts mid-chain (headless).
+#[test]
+fn max_age_retention_across_compaction_and_reopen() {
+    const MAX_AGE: std::time::Duration = std::time::Duration::from_millis(1000);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let options = Options {
+        max_age: Some(MAX_AGE),
+        ..options(SyncMode::Never, 3, None)
+    };
+    let commit =
+        |store: &Store, task: &str, n: i64| store.commit(task, &AgentDelta::default().set("n", n));
+    // Two of these fill a segment: rotations, so compaction has sealed segments to drop.
+    let filler = |store: &Store, n: i64| {
+        let delta = AgentDelta::default().meta("pad", "p".repeat(1500));
+        store.commit("x", &delta.set("n", n))
+    };
+    let n_at = |store: &Store, task: &str, seq: u64| {
+        let cp = store.load(task, seq).expect("load");
+        cp.map(|cp| cp.state.vars["n"].clone())
+    };
+    let listed = |store: &Store, task: &str| -> Vec<(u64, bool)> {
+        let list = store.list_checkpoints(task).expect("list_checkpoints");
+        list.iter().map(|c| (c.seq, c.snapshot)).collect()
+    };
+    let store: Store = Store::open_with(dir.path(), options).expect("open");
+    let ops = [("x", 1), ("x", 2), ("a", 1), ("a", 2), ("a", 3)];
+    let ops = ops
+        .into_iter()
+        .chain([("x", 3), ("x", 4), ("a", 4), ("a", 5)]);
+    for (task, n) in ops {
+        let done = if task == "x" {
+            filler(&store, n)
+        } else {
+            commit(&store, task, n)
+        };
+        done.expect("commit");
+    }
+    let all = [(1, false), (2, false), (3, true), (4, false), (5, false)];
+    assert_eq!(listed(&store, "a"), all, "all young (snapshot_every 3)");
+    std::thread::sleep(MAX_AGE + std::time::Duration::from_millis(100));
+    commit(&store, "a", 6).expect("commit");
+    commit(&store, "a", 7).expect("commit");
+    // The layout the rest relies on: x@1, x@2 and a@1..3 in sealed segments; x@3, x@4,
+    // a@4, a@5 (old deltas), a@6 (a snapshot: a@6's fold base) and a@7 in the active one.
+    let active = records_in(&newest_segment(dir.path()));
+    assert_eq!(active.len(), 6, "records in the active segment: {active:?}");
+    let check = |store: &Store, ctx: &str| {
+        assert_eq!(listed(store, "a"), [(6, true), (7, false)], "{ctx}: young");
+        assert_eq!(
+            listed(store, "x"),
+            [(4, false)],
+            "{ctx}: the latest is kept"
+        );
+        for seq in 1..=5 {
+            assert_eq!(n_at(store, "a", seq), None, "{ctx}: a@{seq} is too old");
+        }
+        assert_eq!(n_at(store, "a", 6), Some(Value::Int(6)), "{ctx}");
+        assert_eq!(n_at(store, "a", 7), Some(Value::Int(7)), "{ctx}");
+        assert_eq!(n_at(store, "x", 3), None, "{ctx}");
+        assert_eq!(n_at(store, "x", 4), Some(Value::Int(4)), "{ctx}");
+        let unknown = store.load("a", 8).map_err(classify).err();
+        let want = Fail::UnknownSeq {
+            task: "a".into(),
+            seq: 8,
+            latest: 7,
+        };
+        assert_eq!(unknown, Some(want), "{ctx}");
+        let matching = |n: i64| {
+            let cp = store.load_latest_matching("a", |s| s.vars["n"] != Value::Int(n));
+            cp.expect("load_latest_matching").map(|cp| cp.seq)
+        };
+        assert_eq!(matching(0), Some(7), "{ctx}");
+        assert_eq!(matching(7), Some(6), "{ctx}");
+        let only_old = store.load_latest_matching("a", |s| s.vars["n"] == Value::Int(5));
+        assert_eq!(only_old.expect("load").map(|cp| cp.seq), None, "{ctx}");
+        let refused = store.fork("a", 5, "f").map_err(classify);
+        assert_eq!(refused, Err(Fail::InvalidArgument), "{ctx}: fork from a@5");
+    };
+    check(&store, "before compaction");
+    store.compact().expect("compact");
+    check(&store, "after compaction");
+    drop(store);
+    // The log now holds a@4.. (a@4 a delta): served from the first snapshot, a@6.
+    let store: Store = Store::open_with(dir.path(), options).expect("reopen");
+    assert_eq!(
+        store.recovery_report().records,
+        6,
+        "only the active segment's"
+    );
+    check(&store, "after reopen");
+    let all: Store = Store::open_read_only(dir.path()).expect("read-only open");
+    assert_eq!(listed(&all, "a"), [(6, true), (7, false)], "no retention");
+    assert_eq!(n_at(&all, "a", 5), None, "a@5 cannot be rebuilt");
+    drop(all);
+    store.compact().expect("compact");
+    check(&store, "after a second compaction");
+    assert_eq!(store.fork("a", 6, "f").expect("fork"), 1);
+    assert_eq!(n_at(&store, "f", 1), Some(Value::Int(6)));
 }

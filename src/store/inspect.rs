@@ -24,7 +24,9 @@ pub struct TaskInfo {
     pub bytes: u64,
     /// Tool calls in its journal.
     pub calls: u64,
-    /// Where it was forked from, if it was.
+    /// Where it was forked from, if it was, while its checkpoint 1 (which records the
+    /// origin) is retained: as in [`list_checkpoints`](Store::list_checkpoints), so the
+    /// answer does not depend on whether compaction or a reopen already forgot it.
     pub forked_from: Option<(String, u64)>,
 }
 
@@ -113,16 +115,17 @@ impl<S: State> Store<S> {
             let Some(slot) = self.inner.index.get(&task) else {
                 continue;
             };
-            let retained = self.list_checkpoints(&task)?.len() as u64;
+            let retained = self.list_checkpoints(&task)?;
+            let forked_from = retained.first().and_then(|c| c.forked_from.clone());
             let data = slot.data.read();
             out.push(TaskInfo {
                 latest_seq: data.latest_seq(),
                 last_commit_ms: data.latest_created_at_ms(),
-                checkpoints: retained,
+                checkpoints: retained.len() as u64,
                 snapshots: data.checkpoints.iter().filter(|c| c.snapshot).count() as u64,
                 bytes: data.live_bytes(),
                 calls: data.calls.len() as u64,
-                forked_from: data.origin.as_ref().map(|(t, s)| (t.to_string(), *s)),
+                forked_from,
                 task,
             });
         }

@@ -162,7 +162,9 @@ pub struct Stats {
     pub disk_bytes: u64,
     /// Tasks.
     pub tasks: u64,
-    /// Retained checkpoints over all tasks.
+    /// Checkpoint records the index holds over all tasks: the retained ones, plus older
+    /// ones retention no longer serves until a compaction pass forgets them (a reopened
+    /// store indexes again every checkpoint the log still holds).
     pub checkpoints: u64,
     /// Compaction passes run by this handle.
     pub compactions: u64,
