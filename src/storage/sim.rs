@@ -3,9 +3,9 @@
 //!
 //! Each file is an inode with its *volatile* bytes (what reads see), its *durable* bytes
 //! (as of its last completed `sync_data`) and the changes made since. Directory entries
-//! are volatile until `sync_dir` of their directory makes them durable.
-//! [`SimStorage::crash_images`] lists disk images a power loss may leave (DESIGN.md §4);
-//! [`SimStorage::from_image`] boots a fresh storage from one.
+//! are volatile until `sync_dir` of their directory makes them durable (directories
+//! themselves are durable once created). [`SimStorage::crash_images`] lists the disk
+//! images a power loss may leave (DESIGN.md §4); [`SimStorage::from_image`] boots one.
 //!
 //! Every fallible call (all but `is_dir`) is an *operation*, numbered from 0:
 //! [`fail_at`](SimStorage::fail_at) makes one fail without effect (or all from it on),
@@ -17,6 +17,7 @@ use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 use parking_lot::{Mutex, MutexGuard};
 use serde::{Deserialize, Serialize};
@@ -35,7 +36,7 @@ pub enum SimOp {
     CreateDirAll(PathBuf),
     /// `create(path)`: a new file with this inode, or the existing one truncated.
     Create(PathBuf, u64),
-    /// `write_all_at(data, offset)` on an inode: (inode, offset, data).
+    /// `write_all_at` on an inode: (inode, offset, data).
     Write(u64, u64, Vec<u8>),
     /// `allocate`: the inode grows to at least this many bytes.
     Allocate(u64, u64),
@@ -85,19 +86,12 @@ struct DirOp {
     ino: u64,
 }
 
-impl DirOp {
-    fn dir(&self) -> &Path {
-        parent(self.to.as_ref().or(self.from.as_ref()).expect("a path"))
-    }
-}
-
 #[derive(Debug, Clone, Default)]
 struct Fs {
     inodes: BTreeMap<u64, Inode>,
     entries: BTreeMap<PathBuf, u64>,
     durable_entries: BTreeMap<PathBuf, u64>,
     dir_pending: Vec<DirOp>,
-    /// Directories (durable once created: the engine fsyncs the parent right away).
     dirs: BTreeSet<PathBuf>,
     next_ino: u64,
 }
@@ -106,7 +100,22 @@ fn parent(p: &Path) -> &Path {
     p.parent().unwrap_or(Path::new(""))
 }
 
+fn not_found(path: &Path) -> io::Error {
+    io::Error::new(io::ErrorKind::NotFound, path.display().to_string())
+}
+
 impl Fs {
+    fn entry(&self, path: &Path) -> io::Result<u64> {
+        self.entries
+            .get(path)
+            .copied()
+            .ok_or_else(|| not_found(path))
+    }
+
+    fn dir(&self, dir: &Path) -> io::Result<()> {
+        self.dirs.get(dir).map(drop).ok_or_else(|| not_found(dir))
+    }
+
     fn apply(&mut self, op: &SimOp) {
         let link = |from: Option<&PathBuf>, to: Option<&PathBuf>, ino| {
             let (from, to) = (from.cloned(), to.cloned());
@@ -124,20 +133,21 @@ impl Fs {
                 inode.volatile.clear();
                 inode.pending.push(op.clone());
                 let old = self.entries.insert(path.clone(), *ino);
-                (old != Some(*ino))
-                    .then(|| link(None, Some(path), *ino))
-                    .flatten()
+                if old == Some(*ino) {
+                    None
+                } else {
+                    link(None, Some(path), *ino)
+                }
             }
-            SimOp::Write(ino, _, _) | SimOp::Allocate(ino, _) => {
+            SimOp::Write(ino, ..) | SimOp::Allocate(ino, _) | SimOp::SyncData(ino) => {
                 let inode = self.inodes.get_mut(ino).expect("inode exists");
-                land(&mut inode.volatile, op, &Land::Whole, true);
-                inode.pending.push(op.clone());
-                None
-            }
-            SimOp::SyncData(ino) => {
-                let inode = self.inodes.get_mut(ino).expect("inode exists");
-                inode.durable = inode.volatile.clone();
-                inode.pending.clear();
+                if let SimOp::SyncData(_) = op {
+                    inode.durable = inode.volatile.clone();
+                    inode.pending.clear();
+                } else {
+                    land(&mut inode.volatile, op, &Land::Whole, true);
+                    inode.pending.push(op.clone());
+                }
                 None
             }
             SimOp::Rename(from, to) => {
@@ -154,7 +164,8 @@ impl Fs {
                 let synced = self.entries.iter().filter(|(p, _)| parent(p) == dir);
                 self.durable_entries
                     .extend(synced.map(|(p, i)| (p.clone(), *i)));
-                self.dir_pending.retain(|op| op.dir() != dir);
+                let of = |op: &DirOp| op.to.clone().or(op.from.clone()).unwrap_or_default();
+                self.dir_pending.retain(|op| parent(&of(op)) != dir);
                 None
             }
             SimOp::NoEffect(_) => None,
@@ -162,42 +173,28 @@ impl Fs {
         self.dir_pending.extend(dir_op);
     }
 
-    /// The image with the pending entry changes `keep_dir` selects, each pending file
-    /// change landing as `land_of` says.
-    fn image(
-        &self,
-        keep_dir: &mut dyn FnMut(usize) -> bool,
-        land_of: &mut dyn FnMut(u64, usize) -> Land,
-        powersafe: bool,
-        label: String,
-    ) -> SimImage {
+    /// The image `plan` describes.
+    fn image(&self, plan: &Plan, powersafe: bool) -> SimImage {
         let mut entries = self.durable_entries.clone();
-        for (_, op) in self
-            .dir_pending
-            .iter()
-            .enumerate()
-            .filter(|(i, _)| keep_dir(*i))
-        {
-            if let Some(from) = &op.from {
-                if entries.get(from) != Some(&op.ino) {
-                    continue;
-                }
-                entries.remove(from);
+        for (i, op) in self.dir_pending.iter().enumerate() {
+            match &op.from {
+                _ if !plan.keeps_dir_change(i) => continue,
+                Some(from) if entries.get(from) != Some(&op.ino) => continue,
+                Some(from) => drop(entries.remove(from)),
+                None => {}
             }
-            if let Some(to) = &op.to {
-                entries.insert(to.clone(), op.ino);
-            }
+            entries.extend(op.to.clone().map(|to| (to, op.ino)));
         }
         let mut files = BTreeMap::new();
         for (path, ino) in entries {
             let inode = &self.inodes[&ino];
             let mut buf = inode.durable.clone();
             for (i, op) in inode.pending.iter().enumerate() {
-                land(&mut buf, op, &land_of(ino, i), powersafe);
+                land(&mut buf, op, &plan.land(ino, i), powersafe);
             }
             files.insert(path, buf);
         }
-        let dirs = self.dirs.clone();
+        let (dirs, label) = (self.dirs.clone(), plan.label());
         SimImage { files, dirs, label }
     }
 }
@@ -229,14 +226,14 @@ fn land(buf: &mut Vec<u8>, op: &SimOp, how: &Land, powersafe: bool) {
         (SimOp::Write(_, offset, data), _) => (*offset, data),
         _ => unreachable!("not a file change"),
     };
-    let fates = match how {
+    let (fates, seed) = match how {
         Land::Cut(n) => return write_at(buf, offset, &data[..*n]),
         Land::Sectors(fates, seed) => (fates, seed),
         _ => return write_at(buf, offset, data),
     };
-    let mut rng = Rng(*fates.1);
+    let mut rng = Rng(*seed);
     let end = offset + data.len() as u64;
-    for (k, fate) in fates.0.iter().enumerate() {
+    for (k, fate) in fates.iter().enumerate() {
         let s = (offset / SECTOR_BYTES + k as u64) * SECTOR_BYTES;
         let (lo, hi) = (s.max(offset), (s + SECTOR_BYTES).min(end));
         let new = &data[(lo - offset) as usize..(hi - offset) as usize];
@@ -245,14 +242,11 @@ fn land(buf: &mut Vec<u8>, op: &SimOp, how: &Land, powersafe: bool) {
             true => (lo, hi),
             false => (s, (s + SECTOR_BYTES).min(end.max(buf.len() as u64))),
         };
+        let mut garbage = || (lo..hi).map(|_| rng.next() as u8).collect::<Vec<_>>();
         match fate {
             0 => write_at(buf, lo, new),
             2 => write_at(buf, lo, &vec![0; (hi - lo) as usize]),
-            3 => write_at(
-                buf,
-                lo,
-                &(lo..hi).map(|_| rng.next() as u8).collect::<Vec<_>>(),
-            ),
+            3 => write_at(buf, lo, &garbage()),
             _ => {}
         }
     }
@@ -274,275 +268,77 @@ impl Rng {
     }
 }
 
-#[derive(Default)]
-struct State {
-    fs: Fs,
-    ops: u64,
-    fail: Option<(u64, bool)>,
-    crash_at: Option<u64>,
-    recording: Option<Vec<SimOp>>,
-    locks: HashSet<PathBuf>,
-    unsafe_overwrite: bool,
-    images: u64,
-    sync_latency: std::time::Duration,
-}
-
-/// The simulated storage. Clones share one disk.
-#[derive(Clone, Default)]
-pub struct SimStorage(Arc<Mutex<State>>);
-
-impl std::fmt::Debug for SimStorage {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "SimStorage {{ ops: {} }}", self.ops())
-    }
-}
-
-fn not_found(path: &Path) -> io::Error {
-    let why = format!("{}: not found", path.display());
-    io::Error::new(io::ErrorKind::NotFound, why)
-}
-
-fn all(_: usize) -> bool {
-    true
-}
-fn none(_: usize) -> bool {
-    false
-}
-fn whole(_: u64, _: usize) -> Land {
-    Land::Whole
-}
-fn dropped(_: u64, _: usize) -> Land {
-    Land::Dropped
-}
-
-/// The disk images of one crash point, built as they are taken (see
-/// [`SimStorage::crash_images`]); `nth` skips without building.
-pub struct CrashImages {
-    sim: SimStorage,
-    fs: Fs,
-    powersafe: bool,
-    plans: std::vec::IntoIter<Plan>,
-}
-
-impl Iterator for CrashImages {
-    type Item = SimImage;
-    fn next(&mut self) -> Option<SimImage> {
-        self.nth(0)
-    }
-    fn nth(&mut self, n: usize) -> Option<SimImage> {
-        let plan = self.plans.nth(n)?;
-        self.sim.0.lock().images += 1;
-        let (fs, ps) = (&self.fs, self.powersafe);
-        Some(match plan {
-            Plan::Durable => fs.image(&mut none, &mut dropped, ps, "durable".into()),
-            Plan::Volatile => fs.image(&mut all, &mut whole, ps, "volatile".into()),
-            Plan::Cut(ino, op, n) => {
-                let cut = &mut |i, j| match (i, j) == (ino, op) {
-                    true => Land::Cut(n),
-                    false => Land::Whole,
-                };
-                let label = format!("inode {ino} change {op} cut at {n}");
-                fs.image(&mut all, cut, ps, label)
-            }
-            Plan::Dirs(m) => {
-                let label = format!("directory changes {m:#b} of {}", fs.dir_pending.len());
-                fs.image(&mut |i| m & (1 << i) != 0, &mut whole, ps, label)
-            }
-            Plan::Sample(s) => sample(fs, s, ps),
-        })
-    }
-    fn size_hint(&self) -> (usize, Option<usize>) {
-        self.plans.size_hint()
-    }
-}
-
-impl ExactSizeIterator for CrashImages {}
-
+/// Which crash image to build.
 enum Plan {
     Durable,
     Volatile,
+    /// Everything, but this change of this inode cut after this many bytes.
     Cut(u64, usize, usize),
+    /// Everything, but of the pending directory changes only those in this mask.
     Dirs(u32),
-    Sample(u64),
+    /// A random mix drawn from a seed: directory changes kept, and file changes.
+    Mixed(u64, Vec<bool>, BTreeMap<(u64, usize), Land>),
 }
 
-impl SimStorage {
-    /// An empty disk where only `/` exists.
-    pub fn new() -> Self {
-        Self::from_image(&SimImage::default())
-    }
-
-    /// A fresh storage whose disk is `image`, all of it durable.
-    pub fn from_image(image: &SimImage) -> Self {
-        let mut fs = Fs::default();
-        fs.dirs.insert(PathBuf::from("/"));
-        fs.dirs.extend(image.dirs.iter().cloned());
-        for (path, bytes) in &image.files {
-            let (volatile, durable) = (bytes.clone(), bytes.clone());
-            let pending = Vec::new();
-            fs.inodes.insert(
-                fs.next_ino,
-                Inode {
-                    volatile,
-                    durable,
-                    pending,
-                },
-            );
-            fs.entries.insert(path.clone(), fs.next_ino);
-            fs.next_ino += 1;
+impl Plan {
+    fn keeps_dir_change(&self, i: usize) -> bool {
+        match self {
+            Plan::Durable => false,
+            Plan::Dirs(mask) => mask >> i & 1 == 1,
+            Plan::Mixed(_, dirs, _) => dirs[i],
+            _ => true,
         }
-        fs.durable_entries = fs.entries.clone();
-        SimStorage(Arc::new(Mutex::new(State {
-            fs,
-            ..State::default()
-        })))
     }
 
-    /// An independent copy of this disk, volatile and durable state alike: what a
-    /// process kill leaves to the next process (the page cache survives; the disk still
-    /// holds only what was synced). Counters, faults and locks start afresh.
-    pub fn fork(&self) -> SimStorage {
-        let fs = self.0.lock().fs.clone();
-        SimStorage(Arc::new(Mutex::new(State {
-            fs,
-            ..State::default()
-        })))
+    fn land(&self, ino: u64, i: usize) -> Land {
+        match self {
+            Plan::Durable => Land::Dropped,
+            Plan::Cut(at, op, n) if (*at, *op) == (ino, i) => Land::Cut(*n),
+            Plan::Mixed(_, _, lands) => lands.get(&(ino, i)).cloned().unwrap_or(Land::Whole),
+            _ => Land::Whole,
+        }
     }
 
-    /// Operations started so far (failed ones included).
-    pub fn ops(&self) -> u64 {
-        self.0.lock().ops
+    fn label(&self) -> String {
+        match self {
+            Plan::Durable => "durable".into(),
+            Plan::Volatile => "volatile".into(),
+            Plan::Cut(ino, op, n) => format!("inode {ino} change {op} cut at {n}"),
+            Plan::Dirs(mask) => format!("directory changes {mask:#b}"),
+            Plan::Mixed(seed, ..) => format!("sample {seed:#x}"),
+        }
     }
 
-    /// Makes operation `n` fail without effect, and every later one too if `persistent`.
-    pub fn fail_at(&self, n: u64, persistent: bool) {
-        self.0.lock().fail = Some((n, persistent));
-    }
-
-    /// Cuts the power before operation `n`: it and every later one fail without effect,
-    /// so the disk stays as it was after operation `n - 1`.
-    pub fn crash_after(&self, n: u64) {
-        self.0.lock().crash_at = Some(n);
-    }
-
-    /// Whether a damaged sector keeps the old bytes the write did not cover ("powersafe
-    /// overwrite", DESIGN.md §4; the default) or may lose them too.
-    pub fn set_powersafe_overwrite(&self, on: bool) {
-        self.0.lock().unsafe_overwrite = !on;
-    }
-
-    /// Makes every `sync_data` take this long (after its effect, outside any lock), so
-    /// that concurrent appenders queue up behind it as they would behind a disk.
-    pub fn set_sync_latency(&self, latency: std::time::Duration) {
-        self.0.lock().sync_latency = latency;
-    }
-
-    /// Starts logging every operation, numbered from here.
-    pub fn record(&self) {
-        self.0.lock().recording = Some(Vec::new());
-    }
-
-    /// The operations logged since [`record`](Self::record), in order.
-    pub fn take_recording(&self) -> Vec<SimOp> {
-        self.0.lock().recording.take().unwrap_or_default()
-    }
-
-    /// Replays a recorded operation's effect (not counted; no faults).
-    pub fn apply(&self, op: &SimOp) {
-        self.0.lock().fs.apply(op);
-    }
-
-    /// Images [`crash_images`](Self::crash_images) generated so far on this storage.
-    pub fn images_generated(&self) -> u64 {
-        self.0.lock().images
-    }
-
-    /// What a process kill leaves: everything written.
-    pub fn volatile_image(&self) -> SimImage {
-        let fs = &self.0.lock().fs;
-        fs.image(&mut all, &mut whole, true, "volatile".into())
-    }
-
-    /// What a power loss keeps for sure: what completed fsyncs made durable.
-    pub fn durable_image(&self) -> SimImage {
-        let fs = &self.0.lock().fs;
-        fs.image(&mut none, &mut dropped, true, "durable".into())
-    }
-
-    /// The disk images a power loss now may leave (DESIGN.md §4): the durable state; all
-    /// that was written; each file's last write that changes bytes, cut at every byte
-    /// (below [`CUT_EVERY_BYTE_BELOW`] bytes) or sector boundary; every subset of up to 4
-    /// pending directory changes; then `limit` random combinations drawn from `seed`
-    /// (changes dropped, writes cut, sectors kept, lost, zeroed or garbled, directory
-    /// changes kept or lost). Only the first when nothing is pending. Deterministic.
-    pub fn crash_images(&self, seed: u64, limit: usize) -> CrashImages {
-        let (fs, powersafe) = {
-            let st = self.0.lock();
-            (st.fs.clone(), !st.unsafe_overwrite)
-        };
-        let mut plans = vec![Plan::Durable, Plan::Volatile];
+    /// A random mix: whole changes dropped, writes cut, sectors kept, lost, zeroed or
+    /// garbled, directory changes kept or lost.
+    fn mixed(fs: &Fs, seed: u64) -> Plan {
+        let mut rng = Rng(seed);
+        let mut lands = BTreeMap::new();
         for (&ino, inode) in &fs.inodes {
-            plans.extend(cuts(inode).map(|(op, n)| Plan::Cut(ino, op, n)));
+            let style = rng.below(10);
+            for (i, op) in inode.pending.iter().enumerate() {
+                let last = i + 1 == inode.pending.len();
+                let how = match (style, op) {
+                    (0..=2, _) => Land::Whole,
+                    (3, _) => Land::Dropped,
+                    (_, SimOp::Write(_, offset, data)) if rng.below(3) != 0 => {
+                        let first = offset / SECTOR_BYTES;
+                        let sectors = (offset + data.len() as u64).div_ceil(SECTOR_BYTES) - first;
+                        let fate = |_| [0, 0, 0, 1, 1, 2, 3][rng.below(7) as usize];
+                        let fates = (0..sectors).map(fate).collect();
+                        Land::Sectors(fates, rng.next())
+                    }
+                    (_, SimOp::Write(.., data)) if last => {
+                        Land::Cut(rng.below(data.len() as u64 + 1) as usize)
+                    }
+                    _ if rng.below(4) == 0 => Land::Dropped,
+                    _ => Land::Whole,
+                };
+                lands.insert((ino, i), how);
+            }
         }
-        let d = fs.dir_pending.len();
-        if d <= 4 {
-            plans.extend((1..(1u32 << d).saturating_sub(1)).map(Plan::Dirs));
-        }
-        let mix = |i: u64| Plan::Sample(seed ^ i.wrapping_mul(0xA24B_AED4_963E_E407));
-        plans.extend((0..limit as u64).map(mix));
-        if d == 0 && fs.inodes.values().all(|i| i.pending.is_empty()) {
-            plans.truncate(1);
-        }
-        let sim = self.clone();
-        let plans = plans.into_iter();
-        CrashImages {
-            sim,
-            fs,
-            powersafe,
-            plans,
-        }
-    }
-
-    fn state(&self, what: &str) -> io::Result<MutexGuard<'_, State>> {
-        let mut st = self.0.lock();
-        let n = st.ops;
-        st.ops += 1;
-        let crashed = st.crash_at.is_some_and(|c| n >= c);
-        let failed = st
-            .fail
-            .is_some_and(|(f, always)| n == f || (always && n > f));
-        if !crashed && !failed {
-            return Ok(st);
-        }
-        if let Some(r) = &mut st.recording {
-            r.push(SimOp::NoEffect(format!("{what} (failed)")));
-        }
-        let why = if crashed {
-            "simulated power loss"
-        } else {
-            "simulated I/O error"
-        };
-        Err(io::Error::other(format!("{why} at operation {n} ({what})")))
-    }
-
-    /// Runs one operation: `effect` checks it and returns the change to make, if any.
-    fn run<T>(
-        &self,
-        what: &str,
-        effect: impl FnOnce(&mut State) -> io::Result<(Option<SimOp>, T)>,
-    ) -> io::Result<T> {
-        let mut st = self.state(what)?;
-        let result = effect(&mut st);
-        let op = match &result {
-            Ok((Some(op), _)) => op.clone(),
-            Ok((None, _)) => SimOp::NoEffect(what.to_string()),
-            Err(_) => SimOp::NoEffect(format!("{what} (error)")),
-        };
-        st.fs.apply(&op);
-        if let Some(r) = &mut st.recording {
-            r.push(op);
-        }
-        result.map(|(_, t)| t)
+        let dirs = fs.dir_pending.iter().map(|_| rng.below(2) == 0).collect();
+        Plan::Mixed(seed, dirs, lands)
     }
 }
 
@@ -570,36 +366,225 @@ fn cuts(inode: &Inode) -> impl Iterator<Item = (usize, usize)> + use<> {
     (0..len).filter(keep).map(move |n| (i, n))
 }
 
-fn sample(fs: &Fs, seed: u64, powersafe: bool) -> SimImage {
-    let mut rng = Rng(seed);
-    let mut lands = BTreeMap::new();
-    for (&ino, inode) in &fs.inodes {
-        let style = rng.below(10);
-        for (i, op) in inode.pending.iter().enumerate() {
-            let last = i + 1 == inode.pending.len();
-            let how = match (style, op) {
-                (0..=2, _) => Land::Whole,
-                (3, _) => Land::Dropped,
-                (_, SimOp::Write(_, offset, data)) if rng.below(3) != 0 => {
-                    let first = offset / SECTOR_BYTES;
-                    let sectors = (offset + data.len() as u64).div_ceil(SECTOR_BYTES) - first;
-                    let fate = |_| [0, 0, 0, 1, 1, 2, 3][rng.below(7) as usize];
-                    let fates = (0..sectors).map(fate).collect();
-                    Land::Sectors(fates, rng.next())
-                }
-                (_, SimOp::Write(_, _, data)) if last => {
-                    Land::Cut(rng.below(data.len() as u64 + 1) as usize)
-                }
-                _ if rng.below(4) == 0 => Land::Dropped,
-                _ => Land::Whole,
-            };
-            lands.insert((ino, i), how);
+/// The disk images of one crash point, built as they are taken (see
+/// [`SimStorage::crash_images`]); `nth` skips without building.
+pub struct CrashImages {
+    sim: SimStorage,
+    fs: Fs,
+    powersafe: bool,
+    plans: std::vec::IntoIter<Plan>,
+}
+
+impl Iterator for CrashImages {
+    type Item = SimImage;
+    fn next(&mut self) -> Option<SimImage> {
+        self.nth(0)
+    }
+    fn nth(&mut self, n: usize) -> Option<SimImage> {
+        let plan = self.plans.nth(n)?;
+        self.sim.0.lock().images += 1;
+        Some(self.fs.image(&plan, self.powersafe))
+    }
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        self.plans.size_hint()
+    }
+}
+
+impl ExactSizeIterator for CrashImages {}
+
+#[derive(Default)]
+struct State {
+    fs: Fs,
+    ops: u64,
+    fail: Option<(u64, bool)>,
+    crash_at: Option<u64>,
+    recording: Option<Vec<SimOp>>,
+    locks: HashSet<PathBuf>,
+    unsafe_overwrite: bool,
+    images: u64,
+    sync_latency: Duration,
+}
+
+/// The simulated storage. Clones share one disk.
+#[derive(Clone, Default)]
+pub struct SimStorage(Arc<Mutex<State>>);
+
+impl std::fmt::Debug for SimStorage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "SimStorage {{ ops: {} }}", self.ops())
+    }
+}
+
+impl SimStorage {
+    /// An empty disk where only `/` exists.
+    pub fn new() -> Self {
+        Self::from_image(&SimImage::default())
+    }
+
+    fn with(fs: Fs) -> Self {
+        SimStorage(Arc::new(Mutex::new(State {
+            fs,
+            ..State::default()
+        })))
+    }
+
+    /// A fresh storage whose disk is `image`, all of it durable.
+    pub fn from_image(image: &SimImage) -> Self {
+        let mut fs = Fs::default();
+        fs.dirs.insert(PathBuf::from("/"));
+        fs.dirs.extend(image.dirs.iter().cloned());
+        for (ino, (path, bytes)) in (0..).zip(&image.files) {
+            let (volatile, durable) = (bytes.clone(), bytes.clone());
+            fs.inodes.insert(
+                ino,
+                Inode {
+                    volatile,
+                    durable,
+                    pending: Vec::new(),
+                },
+            );
+            fs.entries.insert(path.clone(), ino);
+            fs.next_ino = ino + 1;
+        }
+        fs.durable_entries = fs.entries.clone();
+        Self::with(fs)
+    }
+
+    /// An independent copy of this disk, volatile and durable state alike: what a
+    /// process kill leaves to the next process (the page cache survives; the disk still
+    /// holds only what was synced). Counters, faults and locks start afresh.
+    pub fn fork(&self) -> SimStorage {
+        Self::with(self.0.lock().fs.clone())
+    }
+
+    /// Operations started so far (failed ones included).
+    pub fn ops(&self) -> u64 {
+        self.0.lock().ops
+    }
+
+    /// Makes operation `n` fail without effect, and every later one too if `persistent`.
+    pub fn fail_at(&self, n: u64, persistent: bool) {
+        self.0.lock().fail = Some((n, persistent));
+    }
+
+    /// Cuts the power before operation `n`: it and every later one fail without effect,
+    /// so the disk stays as it was after operation `n - 1`.
+    pub fn crash_after(&self, n: u64) {
+        self.0.lock().crash_at = Some(n);
+    }
+
+    /// Whether a damaged sector keeps the old bytes the write did not cover ("powersafe
+    /// overwrite", DESIGN.md §4; the default) or may lose them too.
+    pub fn set_powersafe_overwrite(&self, on: bool) {
+        self.0.lock().unsafe_overwrite = !on;
+    }
+
+    /// Makes every `sync_data` take this long (after its effect, outside any lock), so
+    /// that concurrent appenders queue up behind it as they would behind a disk.
+    pub fn set_sync_latency(&self, latency: Duration) {
+        self.0.lock().sync_latency = latency;
+    }
+
+    /// Starts logging every operation, numbered from here.
+    pub fn record(&self) {
+        self.0.lock().recording = Some(Vec::new());
+    }
+
+    /// The operations logged since [`record`](Self::record), in order.
+    pub fn take_recording(&self) -> Vec<SimOp> {
+        self.0.lock().recording.take().unwrap_or_default()
+    }
+
+    /// Replays a recorded operation's effect (not counted; no faults).
+    pub fn apply(&self, op: &SimOp) {
+        self.0.lock().fs.apply(op);
+    }
+
+    /// Images [`crash_images`](Self::crash_images) generated so far on this storage.
+    pub fn images_generated(&self) -> u64 {
+        self.0.lock().images
+    }
+
+    /// What a process kill leaves: everything written.
+    pub fn volatile_image(&self) -> SimImage {
+        self.0.lock().fs.image(&Plan::Volatile, true)
+    }
+
+    /// What a power loss keeps for sure: what completed fsyncs made durable.
+    pub fn durable_image(&self) -> SimImage {
+        self.0.lock().fs.image(&Plan::Durable, true)
+    }
+
+    /// The disk images a power loss now may leave (DESIGN.md §4): the durable state; all
+    /// that was written; each file's last write that changes bytes, cut at every byte
+    /// (below [`CUT_EVERY_BYTE_BELOW`] bytes) or sector boundary; every subset of up to 4
+    /// pending directory changes; then `limit` random combinations drawn from `seed`
+    /// (changes dropped, writes cut, sectors kept, lost, zeroed or garbled, directory
+    /// changes kept or lost). Only the first when nothing is pending. Deterministic.
+    pub fn crash_images(&self, seed: u64, limit: usize) -> CrashImages {
+        let st = self.0.lock();
+        let fs = st.fs.clone();
+        let mut plans = vec![Plan::Durable, Plan::Volatile];
+        for (&ino, inode) in &fs.inodes {
+            plans.extend(cuts(inode).map(|(op, n)| Plan::Cut(ino, op, n)));
+        }
+        let d = fs.dir_pending.len() as u32;
+        if d <= 4 {
+            plans.extend((1..(1u32 << d).saturating_sub(1)).map(Plan::Dirs));
+        }
+        let mix = |i: u64| Plan::mixed(&fs, seed ^ i.wrapping_mul(0xA24B_AED4_963E_E407));
+        plans.extend((0..limit as u64).map(mix));
+        if d == 0 && fs.inodes.values().all(|i| i.pending.is_empty()) {
+            plans.truncate(1);
+        }
+        let (sim, powersafe, plans) = (self.clone(), !st.unsafe_overwrite, plans.into_iter());
+        CrashImages {
+            sim,
+            fs,
+            powersafe,
+            plans,
         }
     }
-    let keep_dir = &mut |_| rng.below(2) == 0;
-    let land_of = &mut |ino, i| lands.remove(&(ino, i)).unwrap_or(Land::Whole);
-    let label = format!("sample {seed:#x}");
-    fs.image(keep_dir, land_of, powersafe, label)
+
+    /// Runs one operation: `effect` checks it and returns its result and the change it
+    /// makes, if any.
+    fn run<T>(
+        &self,
+        what: &str,
+        effect: impl FnOnce(&mut State) -> io::Result<(T, Option<SimOp>)>,
+    ) -> io::Result<T> {
+        let mut st: MutexGuard<'_, State> = self.0.lock();
+        let n = st.ops;
+        st.ops += 1;
+        let crashed = st.crash_at.is_some_and(|c| n >= c);
+        let failed = st.fail.is_some_and(|(f, always)| n == f || always && n > f);
+        let result = match crashed || failed {
+            false => effect(&mut st),
+            true if crashed => Err(io::Error::other(format!("simulated power loss at {n}"))),
+            true => Err(io::Error::other(format!(
+                "simulated I/O error at operation {n}"
+            ))),
+        };
+        let op = match &result {
+            Ok((_, Some(op))) => op.clone(),
+            Ok((_, None)) => SimOp::NoEffect(what.to_string()),
+            Err(_) if crashed || failed => SimOp::NoEffect(format!("{what} (failed)")),
+            Err(_) => SimOp::NoEffect(format!("{what} (error)")),
+        };
+        st.fs.apply(&op);
+        if let Some(r) = &mut st.recording {
+            r.push(op);
+        }
+        result.map(|(t, _)| t)
+    }
+
+    fn file(&self, ino: u64, writable: bool) -> Box<dyn StorageFile> {
+        Box::new(SimFile {
+            sim: self.clone(),
+            ino,
+            writable,
+        })
+    }
 }
 
 struct SimFile {
@@ -611,13 +596,13 @@ struct SimFile {
 impl SimFile {
     fn change(&self, what: &str, op: SimOp) -> io::Result<()> {
         self.sim.run(what, |_| match self.writable {
-            true => Ok((Some(op), ())),
+            true => Ok(((), Some(op))),
             false => Err(io::Error::new(io::ErrorKind::PermissionDenied, "read-only")),
         })
     }
     fn read<T>(&self, what: &str, f: impl FnOnce(&[u8]) -> io::Result<T>) -> io::Result<T> {
         self.sim
-            .run(what, |st| Ok((None, f(&st.fs.inodes[&self.ino].volatile)?)))
+            .run(what, |st| Ok((f(&st.fs.inodes[&self.ino].volatile)?, None)))
     }
 }
 
@@ -639,7 +624,7 @@ impl StorageFile for SimFile {
         let op = SimOp::SyncData(self.ino);
         let latency = self
             .sim
-            .run("sync_data", |st| Ok((Some(op), st.sync_latency)))?;
+            .run("sync_data", |st| Ok((st.sync_latency, Some(op))))?;
         std::thread::sleep(latency);
         Ok(())
     }
@@ -661,82 +646,57 @@ impl Drop for SimLock {
 
 impl Storage for SimStorage {
     fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
-        let op = SimOp::CreateDirAll(dir.to_path_buf());
-        self.run("create_dir_all", |_| Ok((Some(op), ())))
+        self.run("create_dir_all", |_| {
+            Ok(((), Some(SimOp::CreateDirAll(dir.into()))))
+        })
     }
     fn is_dir(&self, path: &Path) -> bool {
         self.0.lock().fs.dirs.contains(path)
     }
     fn list(&self, dir: &Path) -> io::Result<Vec<String>> {
         self.run("list", |st| {
-            st.fs.dirs.get(dir).ok_or_else(|| not_found(dir))?;
-            let all = st.fs.entries.keys().chain(st.fs.dirs.iter());
+            st.fs.dir(dir)?;
+            let all = st.fs.entries.keys().chain(&st.fs.dirs);
             let names = all
                 .filter(|p| parent(p) == dir)
                 .filter_map(|p| p.file_name());
             Ok((
-                None,
                 names.map(|n| n.to_string_lossy().into_owned()).collect(),
+                None,
             ))
         })
     }
     fn create(&self, path: &Path) -> io::Result<Box<dyn StorageFile>> {
         let ino = self.run("create", |st| {
-            st.fs
-                .dirs
-                .get(parent(path))
-                .ok_or_else(|| not_found(parent(path)))?;
+            st.fs.dir(parent(path))?;
             let ino = st.fs.entries.get(path).copied().unwrap_or(st.fs.next_ino);
-            Ok((Some(SimOp::Create(path.to_path_buf(), ino)), ino))
+            Ok((ino, Some(SimOp::Create(path.into(), ino))))
         })?;
-        Ok(Box::new(SimFile {
-            sim: self.clone(),
-            ino,
-            writable: true,
-        }))
+        Ok(self.file(ino, true))
     }
     fn open(&self, path: &Path, writable: bool) -> io::Result<Box<dyn StorageFile>> {
-        let ino = self.run("open", |st| {
-            Ok((
-                None,
-                *st.fs.entries.get(path).ok_or_else(|| not_found(path))?,
-            ))
-        })?;
-        Ok(Box::new(SimFile {
-            sim: self.clone(),
-            ino,
-            writable,
-        }))
+        let ino = self.run("open", |st| Ok((st.fs.entry(path)?, None)))?;
+        Ok(self.file(ino, writable))
     }
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
-        self.run("rename", |st| {
-            st.fs.entries.get(from).ok_or_else(|| not_found(from))?;
-            Ok((
-                Some(SimOp::Rename(from.to_path_buf(), to.to_path_buf())),
-                (),
-            ))
-        })
+        let op = SimOp::Rename(from.into(), to.into());
+        self.run("rename", |st| Ok((st.fs.entry(from).map(drop)?, Some(op))))
     }
     fn remove(&self, path: &Path) -> io::Result<()> {
-        self.run("remove", |st| {
-            st.fs.entries.get(path).ok_or_else(|| not_found(path))?;
-            Ok((Some(SimOp::Remove(path.to_path_buf())), ()))
-        })
+        let op = SimOp::Remove(path.into());
+        self.run("remove", |st| Ok((st.fs.entry(path).map(drop)?, Some(op))))
     }
     fn sync_dir(&self, dir: &Path) -> io::Result<()> {
         self.run("sync_dir", |st| {
-            st.fs.dirs.get(dir).ok_or_else(|| not_found(dir))?;
-            Ok((Some(SimOp::SyncDir(dir.to_path_buf())), ()))
+            Ok((st.fs.dir(dir)?, Some(SimOp::SyncDir(dir.into()))))
         })
     }
     fn try_lock(&self, path: &Path) -> io::Result<Option<LockGuard>> {
         if !self.0.lock().fs.entries.contains_key(path) {
             drop(self.create(path)?); // created if missing, like a real lock file
         }
-        let taken = self.run("try_lock", |st| {
-            Ok((None, st.locks.insert(path.to_path_buf())))
-        })?;
-        Ok(taken.then(|| Box::new(SimLock(self.clone(), path.to_path_buf())) as LockGuard))
+        let taken = self.run("try_lock", |st| Ok((st.locks.insert(path.into()), None)))?;
+        Ok(taken.then(|| Box::new(SimLock(self.clone(), path.into())) as LockGuard))
     }
     fn view(&self, _path: &Path) -> io::Result<Option<FileView>> {
         self.run("view", |_| Ok((None, None)))
