@@ -143,9 +143,9 @@ fn newest_compacted(storage: &dyn Storage, files: &[(u64, PathBuf)]) -> Result<u
 }
 
 fn read_whole(storage: &dyn Storage, path: &Path, buf: &mut Vec<u8>) -> Result<()> {
-    *buf = storage
+    storage
         .open(path, false)
-        .and_then(|f| f.read_all())
+        .and_then(|f| f.read_all_into(buf))
         .map_err(|e| Error::io(format!("reading segment {}", path.display()), e))?;
     Ok(())
 }

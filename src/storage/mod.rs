@@ -33,9 +33,16 @@ pub trait StorageFile: Send + Sync {
     }
     /// Reads the whole file.
     fn read_all(&self) -> io::Result<Vec<u8>> {
-        let mut buf = vec![0u8; usize::try_from(self.len()?).map_err(io::Error::other)?];
-        self.read_exact_at(&mut buf, 0)?;
+        let mut buf = Vec::new();
+        self.read_all_into(&mut buf)?;
         Ok(buf)
+    }
+    /// Reads the whole file into `buf` (replacing its contents, reusing its capacity:
+    /// recovery reads every segment through one buffer).
+    fn read_all_into(&self, buf: &mut Vec<u8>) -> io::Result<()> {
+        buf.clear();
+        buf.resize(usize::try_from(self.len()?).map_err(io::Error::other)?, 0);
+        self.read_exact_at(buf, 0)
     }
 }
 
@@ -95,6 +102,14 @@ impl StorageFile for RealFile {
     }
     fn len(&self) -> io::Result<u64> {
         Ok(self.0.metadata()?.len())
+    }
+    fn read_all_into(&self, buf: &mut Vec<u8>) -> io::Result<()> {
+        use std::io::{Read, Seek};
+        // read_to_end fills spare capacity without zeroing it first.
+        buf.clear();
+        let mut file = &self.0;
+        file.seek(io::SeekFrom::Start(0))?;
+        file.read_to_end(buf).map(drop)
     }
 }
 

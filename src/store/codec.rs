@@ -41,6 +41,8 @@ pub(crate) struct CheckpointRec<'a> {
     pub body_kind: Body,
     #[serde(borrow)]
     pub origin: Option<Origin<'a>>,
+    // As one byte string (same postcard bytes as a sequence of u8, encoded in one copy).
+    #[serde(with = "serde_bytes")]
     pub body: &'a [u8],
 }
 
@@ -51,6 +53,8 @@ pub(crate) struct CallBeginRec<'a> {
     pub call_id: &'a str,
     pub tool: &'a str,
     pub created_at_ms: u64,
+    // As one byte string (same postcard bytes as a sequence of u8, encoded in one copy).
+    #[serde(with = "serde_bytes")]
     pub args: &'a [u8],
 }
 
@@ -60,6 +64,8 @@ pub(crate) struct CallFinishRec<'a> {
     pub task: &'a str,
     pub call_id: &'a str,
     pub created_at_ms: u64,
+    // As one byte string (same postcard bytes as a sequence of u8, encoded in one copy).
+    #[serde(with = "serde_bytes")]
     pub result: &'a [u8],
 }
 
@@ -136,6 +142,34 @@ pub(crate) fn decode_error(dir: &std::path::Path, rec: &RecordRef<'_>, reason: S
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn byte_fields_keep_the_postcard_bytes_of_a_u8_sequence() {
+        // serde_bytes only speeds encoding up: the bytes on disk are those of the format.
+        #[derive(Serialize)]
+        struct AsSeq<'a> {
+            task: &'a str,
+            body: Vec<u8>,
+        }
+        #[derive(Serialize)]
+        struct AsBytes<'a> {
+            task: &'a str,
+            #[serde(with = "serde_bytes")]
+            body: &'a [u8],
+        }
+        let body: Vec<u8> = (0..300u16).map(|i| (i % 251) as u8).collect();
+        let seq = postcard::to_allocvec(&AsSeq {
+            task: "t",
+            body: body.clone(),
+        })
+        .unwrap();
+        let bytes = postcard::to_allocvec(&AsBytes {
+            task: "t",
+            body: &body,
+        })
+        .unwrap();
+        assert_eq!(seq, bytes);
+    }
 
     #[test]
     fn checkpoint_round_trip() {
