@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# The long crash-safety run (issue 5): at least 1,000,000 crash images, 1,000 kill -9
+# rounds and every fuzz target for 10 minutes. CI runs the same tests time-boxed.
+#
+#   scripts/torture.sh                 # defaults below
+#   AGENTWAL_CRASH_IMAGES=2000000 scripts/torture.sh
+#
+# Every test prints the seeds it used; a failure prints the seed that replays it.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export AGENTWAL_CRASH_IMAGES="${AGENTWAL_CRASH_IMAGES:-1000000}"
+export AGENTWAL_KILL_ROUNDS="${AGENTWAL_KILL_ROUNDS:-1000}"
+fuzz_seconds="${FUZZ_SECONDS:-600}"
+
+echo "== crash sweep: $AGENTWAL_CRASH_IMAGES images"
+cargo test --release --test crash_sweep -- --nocapture
+echo "== kill -9: $AGENTWAL_KILL_ROUNDS rounds"
+cargo test --release --test kill9 -- --nocapture
+echo "== byte sweeps and injected I/O errors"
+cargo test --release --test log_faults --test io_errors -- --nocapture
+echo "== fuzzing: ${fuzz_seconds}s per target"
+bash scripts/fuzz.sh "$fuzz_seconds"
