@@ -53,7 +53,7 @@ use sim_workload::*;
 const STEPS: usize = 40;
 /// Random images per crash point, on top of the systematic ones.
 const SAMPLES: usize = 6;
-/// The sweep stops collecting after this many failures.
+/// The sweep stops after this many failures (`AGENTWAL_CRASH_MAX_FAILURES` overrides).
 const MAX_FAILURES: usize = 20;
 
 fn env_u64(name: &str) -> Option<u64> {
@@ -100,7 +100,8 @@ struct Totals {
 
 impl Totals {
     fn failed(&self) -> bool {
-        self.failures.lock().unwrap().len() >= MAX_FAILURES
+        let max = env_u64("AGENTWAL_CRASH_MAX_FAILURES").map_or(MAX_FAILURES, |m| m as usize);
+        self.failures.lock().unwrap().len() >= max
     }
 }
 
