@@ -97,7 +97,6 @@ impl<S: State> Store<S> {
         dir: impl AsRef<Path>,
         options: Options,
     ) -> Result<Self> {
-        validate_options(&options)?;
         let dir = dir.as_ref();
         Self::recover(dir, options, |visit| {
             Log::open_on(storage, dir, options.log_options(), visit)
@@ -124,7 +123,6 @@ impl<S: State> Store<S> {
         dir: impl AsRef<Path>,
         options: Options,
     ) -> Result<Self> {
-        validate_options(&options)?;
         let dir = dir.as_ref();
         Self::recover(dir, options, |visit| {
             Log::open_read_only_on(storage, dir, options.log_options(), visit)
@@ -136,6 +134,7 @@ impl<S: State> Store<S> {
         options: Options,
         open: impl FnOnce(&mut dyn FnMut(RecordRef<'_>) -> Result<()>) -> Result<Log>,
     ) -> Result<Self> {
+        validate_options(&options)?;
         let started = Instant::now();
         let index = Index::default();
         let salvage = options.recovery == RecoveryMode::Salvage;
