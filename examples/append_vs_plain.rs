@@ -7,9 +7,11 @@
 //!
 //! Every case runs in a fresh temporary directory under DIR (default: the crate's `target`
 //! directory, on the same disk as the sources; never point it at a tmpfs, where fsync
-//! costs nothing). Cases alternate within each round (the starting case rotates) so that
-//! drift of the disk affects them alike; the table shows the median of the rounds.
-//! Environment: `ROUNDS` (default 5), `RUN_SECS` seconds per case and round (default 2),
+//! costs nothing). A round gives every case `RUN_SECS` seconds, cut into `SLICES` slices
+//! that alternate between the cases (A B C … then … C B A), because the fsync latency of a
+//! shared or virtual disk drifts within seconds and every case must see the same mix. The
+//! table shows, per case, the median of the rounds' rates, and the ratio of the medians.
+//! Environment: `ROUNDS` (default 5), `RUN_SECS` (default 2), `SLICES` (default 8),
 //! `CASES` to run only some cases (comma-separated keys, see `Case::key`; for profiling).
 //!
 //! Cases (every record is a 20-byte header and a 256-byte payload):
@@ -21,14 +23,16 @@
 //!   under it).
 //! - `fallocated`, `zerofilled` (references, 1 thread): `pwrite` + `sync_data` of the same
 //!   records into a file preallocated with `fallocate`, or filled with zeros beforehand.
-//!   The zero-filled file is the floor for one fdatasync per append: nothing but the data
-//!   block and a cache flush reach the disk.
+//!   The zero-filled file is the best one appender can do with one fdatasync per append:
+//!   only the data block and a cache flush reach the disk (plus the inode when the file's
+//!   coarse mtime has moved on, a few percent of appends); the plain loop also writes the
+//!   inode for the new size every time.
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Barrier, Mutex};
+use std::sync::{Barrier, Mutex};
 use std::time::{Duration, Instant};
 
 use agentwal::log::format::RECORD_HEADER_BYTES;
@@ -104,13 +108,14 @@ fn main() {
         .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("target"));
     let rounds: usize = env_or("ROUNDS", 5).max(1);
     let run = Duration::from_secs_f64(env_or("RUN_SECS", 2.0));
+    let slices: u32 = env_or("SLICES", 8).max(1);
     std::fs::create_dir_all(&base).expect("create the base directory");
     let base = base
         .canonicalize()
         .expect("canonicalize the base directory");
     println!(
         "directory: {} ({}); payload {PAYLOAD_BYTES} B, record {RECORD_BYTES} B; \
-         {rounds} alternating rounds of {:.1} s per case",
+         {rounds} rounds of {:.1} s per case, in {slices} alternating slices",
         base.display(),
         fs_kind(&base),
         run.as_secs_f64()
@@ -137,13 +142,42 @@ fn main() {
     // disk may be mounted with `discard`) while the next case runs; delete all at the end.
     let mut used_dirs = Vec::new();
     for round in 0..rounds {
-        for k in 0..cases.len() {
-            let i = (k + round) % cases.len();
-            let dir = tempfile::Builder::new()
-                .prefix("append_vs_plain-")
-                .tempdir_in(&base)
-                .expect("create a temporary directory");
-            let s = run_case(cases[i], dir.path(), run);
+        let dirs: Vec<_> = cases
+            .iter()
+            .map(|_| {
+                tempfile::Builder::new()
+                    .prefix("append_vs_plain-")
+                    .tempdir_in(&base)
+                    .expect("create a temporary directory")
+            })
+            .collect();
+        let runners: Vec<Runner> = cases
+            .iter()
+            .zip(&dirs)
+            .map(|(&case, dir)| Runner::new(case, dir.path()))
+            .collect();
+        let mut done = vec![(0u64, Duration::ZERO); cases.len()];
+        for slice in 0..slices {
+            for k in 0..cases.len() {
+                // Serpentine order, shifted each round: no case always runs first or last.
+                let k = if slice % 2 == 0 {
+                    k
+                } else {
+                    cases.len() - 1 - k
+                };
+                let i = (k + round) % cases.len();
+                let (n, t) = runners[i].run(run / slices);
+                done[i].0 += n;
+                done[i].1 += t;
+            }
+        }
+        for (i, runner) in runners.iter().enumerate() {
+            let (appends, elapsed) = done[i];
+            let s = Sample {
+                appends,
+                elapsed,
+                fsyncs: runner.fsyncs(appends),
+            };
             eprintln!(
                 "round {}: {:<55} {:>8.0} appends/s ({} appends, {:.2} appends/fdatasync)",
                 round + 1,
@@ -153,8 +187,9 @@ fn main() {
                 s.per_fsync()
             );
             samples[i].push(s);
-            used_dirs.push(dir);
         }
+        drop(runners);
+        used_dirs.extend(dirs);
     }
     drop(used_dirs);
 
@@ -191,78 +226,154 @@ fn main() {
         rate_of(Case::Agentwal(1)) / rate_of(Case::Plain(1)),
         rate_of(Case::Agentwal(MANY_THREADS)) / rate_of(Case::Plain(MANY_THREADS)),
     );
+    // The same comparison round by round (within a round the cases ran interleaved).
+    let per_round = |threads: usize| -> String {
+        let (Some(a), Some(p)) = (
+            cases.iter().position(|&c| c == Case::Agentwal(threads)),
+            cases.iter().position(|&c| c == Case::Plain(threads)),
+        ) else {
+            return "n/a".into();
+        };
+        let ratios: Vec<String> = samples[a]
+            .iter()
+            .zip(&samples[p])
+            .map(|(a, p)| format!("{:.2}", a.rate() / p.rate()))
+            .collect();
+        ratios.join(", ")
+    };
+    println!(
+        "Per-round ratios: 1 thread [{}]; {MANY_THREADS} threads [{}].",
+        per_round(1),
+        per_round(MANY_THREADS)
+    );
 }
 
-fn run_case(case: Case, dir: &Path, run: Duration) -> Sample {
-    let one_per_fsync = |(appends, elapsed): (u64, Duration)| Sample {
-        appends,
-        elapsed,
-        fsyncs: appends,
-    };
-    match case {
-        Case::Agentwal(threads) => {
-            let log = Log::open(
-                dir,
-                LogOptions {
-                    sync: SyncMode::Always,
-                    ..LogOptions::default()
-                },
-            )
-            .expect("open the log");
-            let payload = vec![0xA5u8; PAYLOAD_BYTES];
-            let (appends, elapsed) = hammer(threads, run, || {
-                log.append(1, &payload).expect("append");
-            });
-            let stats = log.stats();
-            assert_eq!(stats.appends, appends, "every append counted");
-            Sample {
-                appends,
-                elapsed,
-                fsyncs: stats.fsyncs,
+/// A case, set up and ready to run for a while (again and again).
+enum Runner {
+    Agentwal {
+        log: Log,
+        threads: usize,
+        payload: Vec<u8>,
+    },
+    Plain {
+        file: Mutex<File>,
+        threads: usize,
+        record: Vec<u8>,
+    },
+    Reference {
+        file: Mutex<ReferenceFile>,
+        record: Vec<u8>,
+    },
+}
+
+/// The file of a reference case and how far it is written and prepared.
+struct ReferenceFile {
+    file: File,
+    zero_fill: bool,
+    at: u64,
+    ready: u64,
+}
+
+impl ReferenceFile {
+    /// Prepares the next `REFERENCE_CHUNK_BYTES` (fallocated or written with zeros).
+    fn grow(&mut self) {
+        if self.zero_fill {
+            let zeros = vec![0u8; 1 << 20];
+            for mib in 0..REFERENCE_CHUNK_BYTES >> 20 {
+                self.file
+                    .write_all_at(&zeros, self.ready + (mib << 20))
+                    .expect("zero fill");
+            }
+        } else {
+            fallocate(&self.file, self.ready, REFERENCE_CHUNK_BYTES);
+        }
+        self.file.sync_data().expect("sync the new space");
+        self.ready += REFERENCE_CHUNK_BYTES;
+    }
+}
+
+impl Runner {
+    fn new(case: Case, dir: &Path) -> Runner {
+        match case {
+            Case::Agentwal(threads) => Runner::Agentwal {
+                log: Log::open(
+                    dir,
+                    LogOptions {
+                        sync: SyncMode::Always,
+                        ..LogOptions::default()
+                    },
+                )
+                .expect("open the log"),
+                threads,
+                payload: vec![0xA5u8; PAYLOAD_BYTES],
+            },
+            Case::Plain(threads) => Runner::Plain {
+                file: Mutex::new(
+                    OpenOptions::new()
+                        .create(true)
+                        .append(true)
+                        .open(dir.join("plain.log"))
+                        .expect("open the plain file"),
+                ),
+                threads,
+                record: encoded_record(),
+            },
+            Case::Fallocated | Case::ZeroFilled => {
+                let mut file = ReferenceFile {
+                    file: File::create(dir.join("plain.log")).expect("create the file"),
+                    zero_fill: case == Case::ZeroFilled,
+                    at: 0,
+                    ready: 0,
+                };
+                file.grow();
+                Runner::Reference {
+                    file: Mutex::new(file),
+                    record: encoded_record(),
+                }
             }
         }
-        Case::Plain(threads) => {
-            let file = Mutex::new(
-                OpenOptions::new()
-                    .create(true)
-                    .append(true)
-                    .open(dir.join("plain.log"))
-                    .expect("open the plain file"),
-            );
-            let rec = encoded_record();
-            one_per_fsync(hammer(threads, run, || {
+    }
+
+    /// Appends durably for `run`; returns the appends done and the time taken.
+    fn run(&self, run: Duration) -> (u64, Duration) {
+        match self {
+            Runner::Agentwal {
+                log,
+                threads,
+                payload,
+            } => hammer(*threads, run, &|| {
+                log.append(1, payload).expect("append");
+            }),
+            Runner::Plain {
+                file,
+                threads,
+                record,
+            } => hammer(*threads, run, &|| {
                 let mut f = file.lock().expect("plain file lock");
-                f.write_all(&rec).expect("write");
+                f.write_all(record).expect("write");
                 f.sync_data().expect("sync_data");
-            }))
+            }),
+            Runner::Reference { file, record } => hammer(1, run, &|| {
+                let mut f = file.lock().expect("reference file lock");
+                if f.at + RECORD_BYTES as u64 > f.ready {
+                    f.grow(); // once per 16 MiB
+                }
+                f.file.write_all_at(record, f.at).expect("pwrite");
+                f.file.sync_data().expect("sync_data");
+                f.at += RECORD_BYTES as u64;
+            }),
         }
-        Case::Fallocated | Case::ZeroFilled => {
-            let file = File::create(dir.join("plain.log")).expect("create the plain file");
-            let grow = |file: &File, from: u64| {
-                if case == Case::Fallocated {
-                    fallocate(file, from, REFERENCE_CHUNK_BYTES);
-                } else {
-                    let zeros = vec![0u8; 1 << 20];
-                    for mib in 0..REFERENCE_CHUNK_BYTES >> 20 {
-                        file.write_all_at(&zeros, from + (mib << 20))
-                            .expect("zero fill");
-                    }
-                }
-                file.sync_data().expect("sync the new space");
-            };
-            grow(&file, 0);
-            let (file, rec) = (&file, &encoded_record());
-            let (mut at, mut ready) = (0u64, REFERENCE_CHUNK_BYTES);
-            // One thread only, so the closure may own the offsets.
-            one_per_fsync(hammer(1, run, move || {
-                if at + RECORD_BYTES as u64 > ready {
-                    grow(file, ready); // once per 16 MiB
-                    ready += REFERENCE_CHUNK_BYTES;
-                }
-                file.write_all_at(rec, at).expect("pwrite");
-                file.sync_data().expect("sync_data");
-                at += RECORD_BYTES as u64;
-            }))
+    }
+
+    /// fdatasync calls so far (agentwal: from its counters; the others: one per append).
+    fn fsyncs(&self, appends: u64) -> u64 {
+        match self {
+            Runner::Agentwal { log, .. } => {
+                let stats = log.stats();
+                assert_eq!(stats.appends, appends, "every append counted");
+                stats.fsyncs
+            }
+            Runner::Plain { .. } | Runner::Reference { .. } => appends,
         }
     }
 }
@@ -296,13 +407,12 @@ fn encoded_record() -> Vec<u8> {
 
 /// Runs `op` in a loop on `threads` threads until `run` has passed; returns how many
 /// operations completed and the time from the common start until the last thread ended.
-fn hammer(threads: usize, run: Duration, op: impl FnMut() + Clone + Send) -> (u64, Duration) {
-    let start_line = Arc::new(Barrier::new(threads + 1));
+fn hammer(threads: usize, run: Duration, op: &(dyn Fn() + Sync)) -> (u64, Duration) {
+    let start_line = Barrier::new(threads + 1);
     std::thread::scope(|s| {
         let handles: Vec<_> = (0..threads)
             .map(|_| {
-                let start_line = start_line.clone();
-                let mut op = op.clone();
+                let start_line = &start_line;
                 s.spawn(move || {
                     start_line.wait();
                     let deadline = Instant::now() + run;
