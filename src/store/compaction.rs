@@ -207,9 +207,10 @@ fn remap(index: &Index, map: &HashMap<RecordPos, RecordPos>, through: u64) {
         }
     };
     index.for_each_mut(|_, data| {
-        data.checkpoints
-            .iter_mut()
-            .for_each(|c| relocate(&mut c.pos));
+        data.checkpoints.relocate(|mut pos| {
+            relocate(&mut pos);
+            pos
+        });
         for call in data.calls.values_mut() {
             relocate(&mut call.begin);
             if let Some(f) = call.finish.as_mut() {

@@ -176,7 +176,7 @@ impl<S: State> Store<S> {
             let (checkpoints, calls) = {
                 let d = slot.data.read();
                 (
-                    d.checkpoints.clone(),
+                    d.checkpoints.iter().collect::<Vec<_>>(),
                     d.calls.values().copied().collect::<Vec<_>>(),
                 )
             };

@@ -152,7 +152,7 @@ impl<S: State> Store<S> {
             torn_bytes: r.torn_bytes,
             skipped: r.skipped.clone(),
             lost,
-            tasks: index.task_ids().len() as u64,
+            tasks: index.task_count() as u64,
             elapsed_ms: started.elapsed().as_millis() as u64,
         };
         tracing::info!(
@@ -446,7 +446,7 @@ impl<S: State> Store<S> {
                     bytes: u64::from(c.bytes),
                     snapshot: c.snapshot,
                     forked_from: (seq == 1)
-                        .then(|| data.origin.as_ref().map(|(t, s)| (t.to_string(), *s)))
+                        .then(|| data.origin.as_deref().map(|(t, s)| (t.to_string(), *s)))
                         .flatten(),
                 }
             })

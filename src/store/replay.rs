@@ -132,7 +132,7 @@ pub(crate) fn apply(
             data.push_checkpoint(c.seq, entry)
                 .map_err(|e| format!("task {:?}: {e}", c.task))?;
             if let Some(o) = &c.origin {
-                data.origin = Some((o.task.into(), o.seq));
+                data.origin = Some(Box::new((o.task.into(), o.seq)));
             }
             Ok(())
         }
