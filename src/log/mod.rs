@@ -203,7 +203,8 @@ impl Log {
         let lock = DirLock::acquire(fs, &dir)?;
         remove_temp_files(fs, &dir)?;
         let started = Instant::now();
-        let scan = recovery::scan(fs, &dir, options.recovery, &mut visit)?;
+        // The lock is held and the writer starts after the scan: nothing changes meanwhile.
+        let scan = recovery::scan(fs, &dir, options.recovery, true, &mut visit)?;
         log_recovery(&dir, &scan.report, started);
         remove_superseded_files(fs, &dir, &scan.superseded)?;
         let start = writer_start(&storage, &dir, &scan, options.segment_bytes)?;
@@ -564,7 +565,8 @@ fn scan_read_only(
         // batch looks like corruption; real corruption persists across re-reads. Records
         // are buffered per attempt so the visitor sees each exactly once.
         let mut records: Vec<(RecordPos, u64, u8, Vec<u8>)> = Vec::new();
-        let result = recovery::scan(fs, dir, mode, &mut |r| {
+        // No lock: a writer (in this process or another) may append meanwhile.
+        let result = recovery::scan(fs, dir, mode, false, &mut |r| {
             records.push((r.pos(), r.lsn, r.kind, r.payload.to_vec()));
             Ok(())
         });

@@ -14,7 +14,7 @@ use super::record::{self, DecodeError, RecordHeader};
 use super::segment::{SegmentHeader, list_segments};
 use super::{RecordRef, RecoveryMode};
 use crate::error::{CorruptionReason, Error, Result};
-use crate::storage::Storage;
+use crate::storage::{FileView, Storage};
 
 /// What recovery found, for reports and for the writer.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -69,10 +69,13 @@ pub(crate) struct Scan {
 }
 
 /// Scans all segments of `dir`, calling `visit` for each record of each complete batch.
+/// `locked`: the caller holds the directory's writer lock (and writes nothing during the
+/// scan), so no segment changes while it is read.
 pub(crate) fn scan(
     storage: &dyn Storage,
     dir: &Path,
     mode: RecoveryMode,
+    locked: bool,
     visit: &mut dyn FnMut(RecordRef<'_>) -> Result<()>,
 ) -> Result<Scan> {
     let mut files = list_segments(storage, dir)?;
@@ -85,11 +88,25 @@ pub(crate) fn scan(
         report: LogRecovery::default(),
     };
     let mut expected: Option<(u64, u64)> = None; // (segment id, first lsn) the chain demands
-    let mut buf = Vec::new();
+    let mut read_buf = Vec::new();
     for (index, (id, path)) in files.iter().enumerate() {
         let is_last = index + 1 == files.len();
-        read_whole(storage, path, &mut buf)?;
-        let header = SegmentHeader::decode(&buf, path)?;
+        // A segment followed by another is never written again (the writer seals it
+        // before creating the next; compaction replaces files by rename): read it in
+        // place through a memory map, without copying it. The last one may be written
+        // meanwhile by a writer, unless the caller holds the lock: then copy it.
+        let view = match is_last && !locked {
+            true => None,
+            false => view_whole(storage, path)?,
+        };
+        let buf: &[u8] = match &view {
+            Some(view) => view,
+            None => {
+                read_whole(storage, path, &mut read_buf)?;
+                &read_buf
+            }
+        };
+        let header = SegmentHeader::decode(buf, path)?;
         if header.is_compacted() && index > 0 {
             // Only possible when a compaction finished between listing and reading (a
             // read-only scan retries) or when files were tampered with.
@@ -102,7 +119,7 @@ pub(crate) fn scan(
             });
         }
         check_chain(path, *id, &header, expected, mode)?;
-        let state = scan_segment(&buf, path, &header, is_last, mode, visit, &mut out.report)?;
+        let state = scan_segment(buf, path, &header, is_last, mode, visit, &mut out.report)?;
         // Never hand the writer an LSN an earlier segment already used: salvage does not
         // check the chain, so a later segment may start below an earlier one's end. (In
         // the other modes the chain check makes this a no-op.)
@@ -148,6 +165,13 @@ fn read_whole(storage: &dyn Storage, path: &Path, buf: &mut Vec<u8>) -> Result<(
         .and_then(|f| f.read_all_into(buf))
         .map_err(|e| Error::io(format!("reading segment {}", path.display()), e))?;
     Ok(())
+}
+
+/// A memory map of a segment no one writes any more, where the storage offers one.
+fn view_whole(storage: &dyn Storage, path: &Path) -> Result<Option<FileView>> {
+    storage
+        .view(path)
+        .map_err(|e| Error::io(format!("reading segment {}", path.display()), e))
 }
 
 fn check_chain(
@@ -429,19 +453,105 @@ impl Cursor<'_> {
 /// written after everything before it was durable, with an LSN not below `min_lsn`.
 fn find_durable_batch(buf: &[u8], from: usize, min_lsn: u64) -> Option<usize> {
     let last = buf.len().checked_sub(RECORD_HEADER_BYTES)?;
-    (from..=last).find(|&q| {
-        let flags = buf[q + REC_FLAGS_OFFSET];
-        // Cheap filter first: almost every offset fails it.
-        flags & FLAG_DURABLE_BEFORE != 0
-            && buf[q + REC_KIND_OFFSET] != KIND_UNWRITTEN
-            && matches!(record::decode(&buf[q..]), Ok((h, _)) if h.lsn >= min_lsn)
-    })
+    if from > last {
+        return None;
+    }
+    // The flags byte of every candidate offset, in order.
+    let flags = &buf[from + REC_FLAGS_OFFSET..=last + REC_FLAGS_OFFSET];
+    let mut base = from;
+    for chunk in flags.chunks(SKIP_CHUNK) {
+        // Cheap filter first: almost every offset fails it, and a run of unwritten
+        // (zero) space fails it a chunk at a time.
+        if chunk.iter().fold(0, |acc, &f| acc | f) & FLAG_DURABLE_BEFORE != 0 {
+            let found = chunk.iter().enumerate().find_map(|(i, &f)| {
+                let q = base + i;
+                (f & FLAG_DURABLE_BEFORE != 0
+                    && buf[q + REC_KIND_OFFSET] != KIND_UNWRITTEN
+                    && matches!(record::decode(&buf[q..]), Ok((h, _)) if h.lsn >= min_lsn))
+                .then_some(q)
+            });
+            if found.is_some() {
+                return found;
+            }
+        }
+        base += chunk.len();
+    }
+    None
 }
+
+/// Bytes the zero-skipping scans test at a time.
+const SKIP_CHUNK: usize = 64;
 
 /// Offset just past the last non-zero byte at or after `from` (`from` if none).
 fn last_nonzero(buf: &[u8], from: usize) -> usize {
-    buf[from..]
-        .iter()
-        .rposition(|&b| b != 0)
-        .map_or(from, |i| from + i + 1)
+    let tail = &buf[from..];
+    let mut end = tail.len();
+    for chunk in tail.rchunks(SKIP_CHUNK) {
+        let start = end - chunk.len();
+        if chunk.iter().fold(0, |acc, &b| acc | b) != 0 {
+            let i = chunk.iter().rposition(|&b| b != 0).unwrap_or_default();
+            return from + start + i + 1;
+        }
+        end = start;
+    }
+    from
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn last_nonzero_matches_a_plain_scan() {
+        let plain = |buf: &[u8], from: usize| {
+            buf[from..]
+                .iter()
+                .rposition(|&b| b != 0)
+                .map_or(from, |i| from + i + 1)
+        };
+        for len in [0usize, 1, 63, 64, 65, 200, 1000] {
+            for at in [None, Some(0), Some(len / 2), Some(len.saturating_sub(1))] {
+                let mut buf = vec![0u8; len];
+                if let Some(at) = at.filter(|&a| a < len) {
+                    buf[at] = 9;
+                }
+                for from in [0, len / 3, len] {
+                    assert_eq!(
+                        last_nonzero(&buf, from),
+                        plain(&buf, from),
+                        "{len} {at:?} {from}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn find_durable_batch_finds_the_first_valid_one() {
+        let record = |lsn: u64| {
+            let h = RecordHeader {
+                payload_len: 5,
+                lsn,
+                kind: 1,
+                flags: FLAG_BATCH_START | FLAG_BATCH_END | FLAG_DURABLE_BEFORE,
+            };
+            let mut out = Vec::new();
+            record::encode_into(&mut out, &h, record::payload_crc(b"hello"), b"hello");
+            out
+        };
+        for at in [0usize, 1, 63, 64, 100, 1000] {
+            let mut buf = vec![0u8; at];
+            buf.extend_from_slice(&record(7));
+            buf.extend_from_slice(&[0u8; 50]);
+            buf.extend_from_slice(&record(9));
+            let second = at + record(7).len() + 50;
+            assert_eq!(find_durable_batch(&buf, 0, 0), Some(at));
+            assert_eq!(find_durable_batch(&buf, at, 7), Some(at));
+            assert_eq!(find_durable_batch(&buf, 0, 8), Some(second));
+            assert_eq!(find_durable_batch(&buf, at + 1, 0), Some(second));
+            assert_eq!(find_durable_batch(&buf, second + 1, 0), None);
+            assert_eq!(find_durable_batch(&buf, buf.len(), 0), None);
+            assert_eq!(find_durable_batch(&buf, 0, 10), None);
+        }
+    }
 }
