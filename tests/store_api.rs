@@ -449,3 +449,69 @@ fn value_conversions() {
     assert_eq!(Value::from(2u8), Value::Int(2));
     assert_eq!(Value::from(None::<i64>), Value::Null);
 }
+
+/// The latest-state cache answers only for the task it was filled for: a task deleted
+/// and started again under the same id never gets the old task's state back.
+#[test]
+fn cache_never_serves_a_deleted_tasks_state() {
+    let dir = tempfile::tempdir().unwrap();
+    let store: Store = Store::open(dir.path()).unwrap();
+    for i in 1..=3 {
+        store.commit("a", &step(i)).unwrap();
+    }
+    assert_eq!(store.load_latest("a").unwrap().unwrap().state, expected(3));
+    store.delete_task("a").unwrap();
+    let other = |i: u64| AgentDelta::default().message(Message::user(format!("new {i}")));
+    for i in 1..=3 {
+        assert_eq!(store.commit("a", &other(i)).unwrap(), i);
+        let latest = store.load_latest("a").unwrap().unwrap();
+        assert_eq!(latest.seq, i);
+        assert_eq!(latest.state.messages.len() as u64, i, "{latest:?}");
+        assert_eq!(latest.state.messages[0].content, "new 1");
+    }
+}
+
+/// Loads racing commits (and, with a budget of about one state, evictions) only ever see
+/// a committed state: checkpoint `seq` of a task always holds `seq` steps.
+#[test]
+fn loads_racing_commits_see_only_committed_states() {
+    for cache_bytes in [agentwal::CACHE_BYTES_DEFAULT, 3000, 0] {
+        let dir = tempfile::tempdir().unwrap();
+        let opts = Options {
+            sync: agentwal::SyncMode::Never,
+            cache_bytes,
+            ..Options::default()
+        };
+        let store: Store = Store::open_with(dir.path(), opts).unwrap();
+        let tasks = ["t0", "t1", "t2"];
+        std::thread::scope(|s| {
+            for t in tasks {
+                let store = store.clone();
+                s.spawn(move || {
+                    for i in 1..=60 {
+                        store.commit(t, &step(i)).unwrap();
+                    }
+                });
+            }
+            for _ in 0..2 {
+                let store = store.clone();
+                s.spawn(move || {
+                    for round in 0..400 {
+                        let t = tasks[round % tasks.len()];
+                        if let Some(cp) = store.load_latest(t).unwrap() {
+                            assert_eq!(cp.state, expected(cp.seq), "{t} at {}", cp.seq);
+                        }
+                    }
+                });
+            }
+        });
+        for t in tasks {
+            let cp = store.load_latest(t).unwrap().unwrap();
+            assert_eq!(
+                (cp.seq, cp.state),
+                (60, expected(60)),
+                "cache {cache_bytes}"
+            );
+        }
+    }
+}

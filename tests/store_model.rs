@@ -1326,12 +1326,18 @@ fn keep() -> impl Strategy<Value = Option<u32>> {
     prop_oneof![1 => Just(None), 3 => (1u32..=4).prop_map(Some)]
 }
 
-fn options(sync: SyncMode, snapshot_every: u32, keep_checkpoints: Option<u32>) -> Options {
+fn options(
+    sync: SyncMode,
+    snapshot_every: u32,
+    keep_checkpoints: Option<u32>,
+    cache_bytes: u64,
+) -> Options {
     Options {
         sync,
         segment_bytes: 4096,
         snapshot_every,
         keep_checkpoints,
+        cache_bytes,
         // Compaction runs only where `Op::Compact` says: a background pass would change
         // the record counts at times the model cannot know.
         auto_compact: false,
@@ -1362,9 +1368,11 @@ proptest! {
     fn store_matches_model(
         snapshot_every in select(vec![1u32, 2, 3, 5]),
         keep in keep(),
+        // Off, a budget that holds a state or two (evictions), and the default.
+        cache_bytes in select(vec![0u64, 400, agentwal::CACHE_BYTES_DEFAULT]),
         ops in prop::collection::vec(op(), 1..100),
     ) {
-        Harness::new(options(SyncMode::Never, snapshot_every, keep)).run(&ops);
+        Harness::new(options(SyncMode::Never, snapshot_every, keep, cache_bytes)).run(&ops);
     }
 }
 
@@ -1377,7 +1385,8 @@ proptest! {
         keep in keep(),
         ops in prop::collection::vec(op(), 1..60),
     ) {
-        Harness::new(options(SyncMode::Always, 3, keep)).run(&ops);
+        let cache_bytes = agentwal::CACHE_BYTES_DEFAULT;
+        Harness::new(options(SyncMode::Always, 3, keep, cache_bytes)).run(&ops);
     }
 }
 
@@ -1391,7 +1400,8 @@ proptest! {
         keep in keep(),
         ops in prop::collection::vec(retention_op(), 1..150),
     ) {
-        Harness::new(options(SyncMode::Never, snapshot_every, keep)).run(&ops);
+        let cache_bytes = agentwal::CACHE_BYTES_DEFAULT;
+        Harness::new(options(SyncMode::Never, snapshot_every, keep, cache_bytes)).run(&ops);
     }
 }
 
@@ -1399,7 +1409,13 @@ proptest! {
 // Regressions: minimal sequences the property found, replayed as plain tests.
 
 fn replay(ops: &[Op]) {
-    Harness::new(options(SyncMode::Never, 3, None)).run(ops);
+    Harness::new(options(
+        SyncMode::Never,
+        3,
+        None,
+        agentwal::CACHE_BYTES_DEFAULT,
+    ))
+    .run(ops);
 }
 
 /// A `commit_if` that conflicts on a task that does not exist left an empty slot in the
@@ -1480,7 +1496,12 @@ fn regression_compaction_makes_the_deletions_it_relies_on_durable() {
         commit(2),
         Op::Delete { task: "c" },
     ];
-    let mut h = Harness::new(options(SyncMode::Never, 3, None));
+    let mut h = Harness::new(options(
+        SyncMode::Never,
+        3,
+        None,
+        agentwal::CACHE_BYTES_DEFAULT,
+    ));
     for (i, op) in ops.iter().enumerate() {
         h.step(op, &format!("op #{i}: {op:?}"));
     }
@@ -1547,7 +1568,12 @@ fn regression_task_infos_forked_from_follows_retention() {
         },
     ];
     // Every checkpoint a snapshot: a@3 needs no older record.
-    let mut h = Harness::new(options(SyncMode::Never, 1, Some(1)));
+    let mut h = Harness::new(options(
+        SyncMode::Never,
+        1,
+        Some(1),
+        agentwal::CACHE_BYTES_DEFAULT,
+    ));
     for (i, op) in ops.iter().enumerate() {
         h.step(op, &format!("op #{i}: {op:?}"));
         check_task_infos(h.store(), &h.model, &format!("after op #{i}: {op:?}"));
@@ -1569,7 +1595,7 @@ fn max_age_retention_across_compaction_and_reopen() {
     let dir = tempfile::tempdir().expect("tempdir");
     let options = Options {
         max_age: Some(MAX_AGE),
-        ..options(SyncMode::Never, 3, None)
+        ..options(SyncMode::Never, 3, None, agentwal::CACHE_BYTES_DEFAULT)
     };
     let commit =
         |store: &Store, task: &str, n: i64| store.commit(task, &AgentDelta::default().set("n", n));

@@ -1,5 +1,6 @@
 //! The typed store: agent state as checkpoints on the log.
 
+mod cache;
 mod calls;
 mod codec;
 mod compaction;
@@ -45,6 +46,7 @@ pub struct Store<S: State = AgentState> {
     // compactor before the log (and its directory lock) goes.
     _compactor: Arc<Option<compaction::Background>>,
     inner: Arc<Inner>,
+    cache: Arc<cache::StateCache<S>>,
     _state: PhantomData<fn() -> S>,
 }
 
@@ -53,6 +55,7 @@ impl<S: State> Clone for Store<S> {
         Store {
             _compactor: self._compactor.clone(),
             inner: self.inner.clone(),
+            cache: self.cache.clone(),
             _state: PhantomData,
         }
     }
@@ -177,6 +180,7 @@ impl<S: State> Store<S> {
         Ok(Store {
             _compactor: Arc::new(compactor),
             inner,
+            cache: Arc::new(cache::StateCache::new(options.cache_bytes)),
             _state: PhantomData,
         })
     }
@@ -206,7 +210,7 @@ impl<S: State> Store<S> {
     fn commit_locked(
         &self,
         task: &str,
-        slot: &TaskSlot,
+        slot: &Arc<TaskSlot>,
         expected: Option<u64>,
         delta: &S::Delta,
         delta_bytes: &[u8],
@@ -226,10 +230,10 @@ impl<S: State> Store<S> {
             });
         }
         let seq = latest + 1;
-        let snapshot = if snapshot_due {
-            self.snapshot_after(task, slot, latest, delta)?
-        } else {
-            None
+        let next = self.state_after(task, slot, latest, delta, snapshot_due)?;
+        let snapshot = match (&next, snapshot_due) {
+            (Some(state), true) => self.snapshot_bytes(task, state)?,
+            _ => None,
         };
         let (body_kind, body) = match &snapshot {
             Some(bytes) => (Body::Snapshot, bytes.as_slice()),
@@ -247,44 +251,69 @@ impl<S: State> Store<S> {
         };
         self.append_live(codec::KIND_CHECKPOINT, codec::Decoded::Checkpoint(rec))?;
         self.inner.commits.fetch_add(1, Ordering::Relaxed);
+        if let Some(state) = next {
+            self.cache_put(task, slot, seq, state);
+        }
         Ok(seq)
     }
 
-    /// Encodes the state after `delta` as a snapshot, unless it cannot fit in a record.
-    fn snapshot_after(
+    /// The task's state after `delta`, from the cache (or, for a new task, the default
+    /// state); folded from disk only when a snapshot is due and the cache missed. `None`
+    /// when neither is at hand, or the history cannot be folded (headless).
+    fn state_after(
         &self,
         task: &str,
-        slot: &TaskSlot,
+        slot: &Arc<TaskSlot>,
         latest: u64,
         delta: &S::Delta,
-    ) -> Result<Option<Vec<u8>>> {
-        let _reading = self.inner.relocation.read();
+        snapshot_due: bool,
+    ) -> Result<Option<Arc<S>>> {
         let mut state = if latest == 0 {
-            S::default()
+            Some(Arc::new(S::default()))
         } else {
-            let plan = slot.data.read().fold_plan(latest);
-            match plan {
-                Some(plan) => self.fold(&plan)?,
-                None => return Ok(None),
-            }
+            self.cache.take(task, slot, latest)
         };
-        state.apply(delta);
-        let bytes = codec::encode(&state)?;
+        if state.is_none() && snapshot_due {
+            let _reading = self.inner.relocation.read();
+            let plan = slot.data.read().fold_plan(latest);
+            if let Some(plan) = plan {
+                state = Some(Arc::new(self.fold(&plan)?));
+            }
+        }
+        if let Some(state) = state.as_mut() {
+            // Cloned only if a reader still holds this state.
+            Arc::make_mut(state).apply(delta);
+        }
+        Ok(state)
+    }
+
+    /// Caches the task's state at `seq`, sized by the records a load would read.
+    fn cache_put(&self, task: &str, slot: &Arc<TaskSlot>, seq: u64, state: Arc<S>) {
+        let bytes = {
+            let data = slot.data.read();
+            data.snapshot_bytes + data.delta_bytes_since_snapshot
+        };
+        self.cache.put(task, slot, seq, state, bytes);
+    }
+
+    /// Encodes `state` as a snapshot, unless it cannot fit in a record.
+    fn snapshot_bytes(&self, task: &str, state: &S) -> Result<Option<Vec<u8>>> {
+        let bytes = codec::encode(state)?;
         // A snapshot too big for a segment is skipped: the delta alone still commits.
         let overhead = 2 * crate::log::format::RECORD_HEADER_BYTES as u64 + task.len() as u64 + 64;
         Ok((bytes.len() as u64 + overhead <= self.inner.log.payload_bytes_max()).then_some(bytes))
     }
 
-    /// The snapshot policy: at most `snapshot_every` deltas since the last snapshot, and
-    /// sooner once those deltas outweigh the snapshot. The size rule alone keeps bytes
-    /// written within about twice the deltas and a load within about twice the state; the
-    /// count rule bounds the deltas a load folds, at the price of more snapshot bytes for
-    /// a state that keeps growing (raise `snapshot_every` to trade one for the other).
+    /// The snapshot policy: a snapshot once the deltas since the last one outweigh it
+    /// `SNAPSHOT_DELTA_RATIO` times over (bytes written stay within about 1.7 times the
+    /// deltas, a cold load reads at most about 3 times the state), and after at most
+    /// `snapshot_every` deltas whatever their size (bounds the records a cold load folds).
     fn snapshot_due(&self, data: &TaskData, next_delta_bytes: usize) -> bool {
         let count_due = data.deltas_since_snapshot + 1 >= self.inner.options.snapshot_every;
         let delta_bytes = data.delta_bytes_since_snapshot + next_delta_bytes as u64;
-        let size_due = delta_bytes > data.snapshot_bytes.max(SNAPSHOT_DELTA_BYTES_FLOOR);
-        count_due || size_due
+        let outweighed =
+            (data.snapshot_bytes * SNAPSHOT_DELTA_RATIO).max(SNAPSHOT_DELTA_BYTES_FLOOR);
+        count_due || delta_bytes > outweighed
     }
 
     /// Appends a record and applies it to the index, as replay would.
@@ -373,22 +402,39 @@ impl<S: State> Store<S> {
         data.retained_from(o.keep_checkpoints, max_age_ms, now_ms())
     }
 
-    fn load_from(&self, task: &str, slot: &TaskSlot, seq: u64) -> Result<Option<Checkpoint<S>>> {
+    fn load_from(
+        &self,
+        task: &str,
+        slot: &Arc<TaskSlot>,
+        seq: u64,
+    ) -> Result<Option<Checkpoint<S>>> {
         let _reading = self.inner.relocation.read();
-        let (plan, created_at_ms) = {
+        let (plan, created_at_ms, latest) = {
             let data = slot.data.read();
             let Some(entry) = data.checkpoint(seq) else {
                 return Ok(None);
             };
-            (data.fold_plan(seq), entry.created_at_ms)
+            (data.fold_plan(seq), entry.created_at_ms, data.latest_seq())
         };
+        let checkpoint = |state| {
+            Some(Checkpoint {
+                task: task.to_string(),
+                seq,
+                created_at_ms,
+                state,
+            })
+        };
+        if seq == latest
+            && let Some(state) = self.cache.get(task, slot, seq)
+        {
+            return Ok(checkpoint(S::clone(&state)));
+        }
         let Some(plan) = plan else { return Ok(None) };
-        Ok(Some(Checkpoint {
-            task: task.to_string(),
-            seq,
-            created_at_ms,
-            state: self.fold(&plan)?,
-        }))
+        let state = self.fold(&plan)?;
+        if seq == latest {
+            self.cache_put(task, slot, seq, Arc::new(state.clone()));
+        }
+        Ok(checkpoint(state))
     }
 
     /// Rebuilds a state from a fold plan (a snapshot or the first delta, then deltas).
@@ -518,6 +564,7 @@ impl<S: State> Store<S> {
             task,
             created_at_ms: now_ms(),
         };
+        self.cache.remove(task);
         self.append_live(codec::KIND_DELETE, codec::Decoded::Delete(rec))
     }
 
@@ -587,7 +634,11 @@ impl<S: State> Store<S> {
     /// Runs `f` holding the task's commit lock (creating the task's slot if needed), so
     /// the check-then-append of one task's writes cannot interleave. Retries if the slot
     /// was deleted while waiting.
-    fn with_task_lock<T>(&self, task: &str, f: impl FnOnce(&TaskSlot) -> Result<T>) -> Result<T> {
+    fn with_task_lock<T>(
+        &self,
+        task: &str,
+        f: impl FnOnce(&Arc<TaskSlot>) -> Result<T>,
+    ) -> Result<T> {
         loop {
             let slot = self.inner.index.get_or_create(task);
             let _commit = slot.commit.lock();

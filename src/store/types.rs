@@ -11,12 +11,19 @@ pub const TASK_ID_BYTES_MAX: usize = 512;
 pub const CALL_ID_BYTES_MAX: usize = 512;
 /// Longest tool name accepted, in bytes.
 pub const TOOL_NAME_BYTES_MAX: usize = 512;
-/// Default number of deltas between a task's full snapshots.
-pub const SNAPSHOT_EVERY_DEFAULT: u32 = 32;
-/// Deltas since the last snapshot may total this many bytes before the size rule
-/// ("deltas outweigh the snapshot") forces a snapshot; keeps tiny states from
-/// snapshotting on every commit.
+/// Default for [`Options::snapshot_every`]: at most this many deltas between a task's full
+/// snapshots. The size rule (see [`SNAPSHOT_DELTA_RATIO`]) usually fires first; this
+/// bounds the records a cold load folds for a large state that changes little per commit.
+pub const SNAPSHOT_EVERY_DEFAULT: u32 = 1024;
+/// The size rule: a snapshot is written once the deltas since the last one outweigh it
+/// this many times over. With 2, bytes written stay within about 1.7 times the deltas for
+/// a state that grows every commit, and a cold load reads at most about 3 times the state.
+pub const SNAPSHOT_DELTA_RATIO: u64 = 2;
+/// The size rule compares the deltas against at least this many bytes; keeps tiny states
+/// from snapshotting on every commit.
 pub const SNAPSHOT_DELTA_BYTES_FLOOR: u64 = 4096;
+/// Default for [`Options::cache_bytes`].
+pub const CACHE_BYTES_DEFAULT: u64 = 64 << 20;
 
 /// How a [`Store`](crate::Store) is opened. Every field is public; start from `default()`.
 ///
@@ -31,8 +38,12 @@ pub struct Options {
     pub sync: SyncMode,
     /// Segment files rotate at this size (default 64 MiB).
     pub segment_bytes: u64,
-    /// At most this many deltas between a task's full snapshots (default 32; ≥ 1).
+    /// At most this many deltas between a task's full snapshots (default 1024; ≥ 1).
     pub snapshot_every: u32,
+    /// Memory for the latest-state cache, in encoded bytes of state (default 64 MiB; 0
+    /// turns it off). `load_latest` of a cached task copies the state from memory instead
+    /// of reading and folding its records, and a snapshot needs no fold.
+    pub cache_bytes: u64,
     /// Retention: keep the last N checkpoints per task (None: all).
     pub keep_checkpoints: Option<u32>,
     /// Retention by age.
@@ -50,6 +61,7 @@ impl Default for Options {
             sync: SyncMode::Always,
             segment_bytes: SEGMENT_BYTES_DEFAULT,
             snapshot_every: SNAPSHOT_EVERY_DEFAULT,
+            cache_bytes: CACHE_BYTES_DEFAULT,
             keep_checkpoints: None,
             max_age: None,
             recovery: RecoveryMode::TolerateTornTail,
