@@ -76,7 +76,7 @@ fn load_vs_blob(rounds: usize) {
         .expect("load")
         .expect("exists")
         .state;
-    let blob = postcard::to_allocvec(&state).expect("encode");
+    let blob = postcard::to_allocvec(&*state).expect("encode");
     let (mut load, mut decode) = (Vec::new(), Vec::new());
     for _ in 0..rounds {
         let t = Instant::now();

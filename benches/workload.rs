@@ -583,10 +583,10 @@ fn wait_for_calm_disk(cfg: &Config) -> f64 {
 
 /// Times `load` on fresh handles (`cold` times: `open`, then one timed load) and on one
 /// warm handle (`warm` timed loads); checks the state each load returns.
-fn time_loads<H>(
+fn time_loads<H, L: std::borrow::Borrow<AgentState>>(
     cfg: &Config,
     open: impl Fn() -> H,
-    load: impl Fn(&H) -> AgentState,
+    load: impl Fn(&H) -> L,
     expected: &AgentState,
 ) -> (f64, f64, f64) {
     let mut recovery = Vec::new();
@@ -598,12 +598,15 @@ fn time_loads<H>(
         let t1 = Instant::now();
         let state = load(&handle);
         cold.push(t1.elapsed());
-        assert!(state == *expected, "a cold load returned the wrong state");
+        assert!(
+            state.borrow() == expected,
+            "a cold load returned the wrong state"
+        );
         drop(handle);
     }
     let handle = open();
     assert!(
-        load(&handle) == *expected,
+        load(&handle).borrow() == expected,
         "a load returned the wrong state"
     );
     let mut warm = Vec::with_capacity(cfg.warm_loads);

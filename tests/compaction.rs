@@ -26,7 +26,7 @@ fn contents(store: &Store) -> BTreeMap<String, Vec<(u64, AgentState)>> {
             .map(|c| {
                 (
                     c.seq,
-                    store.load(&task, c.seq).unwrap().expect("retained").state,
+                    (*store.load(&task, c.seq).unwrap().expect("retained").state).clone(),
                 )
             })
             .collect();
@@ -72,7 +72,7 @@ fn retention_bounds_what_is_served_and_keeps_the_latest() {
     for i in 1..=8 {
         want.apply(&delta(0, i));
     }
-    assert_eq!(store.load("t", 8).unwrap().unwrap().state, want);
+    assert_eq!(*store.load("t", 8).unwrap().unwrap().state, want);
     drop(store);
     let aged = Options {
         keep_checkpoints: None,

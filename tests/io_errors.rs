@@ -297,18 +297,18 @@ fn failed_directory_fsync_in_compaction_leaves_reads_working() {
     assert!(compacted.is_err(), "the failed fsync is reported");
     for t in 0..2 {
         let cp = store.load_latest(&format!("t{t}")).unwrap().unwrap();
-        assert_eq!(cp.state, expected(t, 30), "task t{t} on the live handle");
+        assert_eq!(*cp.state, expected(t, 30), "task t{t} on the live handle");
     }
     store.commit("t0", &delta(30)).unwrap();
     drop(store);
     for image in [sim.durable_image(), sim.volatile_image()] {
         let store = open(&SimStorage::from_image(&image));
         assert_eq!(
-            store.load_latest("t0").unwrap().unwrap().state,
+            *store.load_latest("t0").unwrap().unwrap().state,
             expected(0, 31)
         );
         assert_eq!(
-            store.load_latest("t1").unwrap().unwrap().state,
+            *store.load_latest("t1").unwrap().unwrap().state,
             expected(1, 31)
         );
         assert!(store.load_latest("t2").unwrap().is_none());

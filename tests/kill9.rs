@@ -541,7 +541,7 @@ impl Oracle {
             if let Some(cp) = latest {
                 let want = self.expected(&task, cp.seq);
                 assert!(
-                    cp.state == want,
+                    *cp.state == want,
                     "{ctx}: WRONG STATE of {task} at latest seq {}",
                     cp.seq
                 );
@@ -582,7 +582,7 @@ impl Oracle {
             Ok(Some(cp)) => {
                 let want = self.expected(task, seq);
                 assert!(
-                    cp.seq == seq && cp.state == want,
+                    cp.seq == seq && *cp.state == want,
                     "{ctx}: WRONG STATE of {task} at seq {seq}"
                 );
             }

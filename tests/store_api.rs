@@ -48,7 +48,7 @@ fn commit_load_every_seq_and_reopen_after_clean_close() {
     }
     for seq in 1..=30 {
         assert_eq!(
-            store.load("t", seq).unwrap().unwrap().state,
+            *store.load("t", seq).unwrap().unwrap().state,
             expected(seq),
             "seq {seq}"
         );
@@ -62,8 +62,8 @@ fn commit_load_every_seq_and_reopen_after_clean_close() {
     drop(store);
     let store: Store = Store::open_with(dir.path(), opts).unwrap();
     let latest = store.load_latest("t").unwrap().unwrap();
-    assert_eq!((latest.seq, latest.state), (30, expected(30)));
-    assert_eq!(store.load("t", 7).unwrap().unwrap().state, expected(7));
+    assert_eq!((latest.seq, (*latest.state).clone()), (30, expected(30)));
+    assert_eq!(*store.load("t", 7).unwrap().unwrap().state, expected(7));
     assert_eq!(store.commit("t", &step(31)).unwrap(), 31);
     assert_eq!(store.recovery_report().records, 30);
 }
@@ -84,7 +84,7 @@ fn reopen_after_drop_without_close_and_after_cut_in_last_batch() {
     let target = copy.path().join(seg.file_name().unwrap());
     std::fs::copy(&seg, &target).unwrap();
     let store: Store = Store::open(copy.path()).unwrap();
-    assert_eq!(store.load_latest("t").unwrap().unwrap().state, expected(5));
+    assert_eq!(*store.load_latest("t").unwrap().unwrap().state, expected(5));
     let len_before = store.stats().bytes_written;
     assert_eq!(len_before, 0);
     drop(store);
@@ -96,11 +96,11 @@ fn reopen_after_drop_without_close_and_after_cut_in_last_batch() {
     let store: Store = Store::open(copy.path()).unwrap();
     assert!(store.recovery_report().torn_bytes > 0);
     let latest = store.load_latest("t").unwrap().unwrap();
-    assert_eq!((latest.seq, latest.state), (4, expected(4)));
+    assert_eq!((latest.seq, (*latest.state).clone()), (4, expected(4)));
     assert_eq!(store.commit("t", &step(5)).unwrap(), 5);
     drop(store);
     let store: Store = Store::open(copy.path()).unwrap();
-    assert_eq!(store.load_latest("t").unwrap().unwrap().state, expected(5));
+    assert_eq!(*store.load_latest("t").unwrap().unwrap().state, expected(5));
 }
 
 #[test]
@@ -194,16 +194,16 @@ fn fork_is_independent_and_remembers_its_origin() {
     store.commit("main", &step(6)).unwrap();
     let mut want = expected(3);
     want.apply(&step(100));
-    assert_eq!(store.load_latest("branch").unwrap().unwrap().state, want);
+    assert_eq!(*store.load_latest("branch").unwrap().unwrap().state, want);
     assert_eq!(
-        store.load_latest("main").unwrap().unwrap().state,
+        *store.load_latest("main").unwrap().unwrap().state,
         expected(6)
     );
     let info = store.list_checkpoints("branch").unwrap();
     assert_eq!(info[0].forked_from, Some(("main".to_string(), 3)));
     drop(store);
     let store: Store = Store::open(dir.path()).unwrap();
-    assert_eq!(store.load_latest("branch").unwrap().unwrap().state, want);
+    assert_eq!(*store.load_latest("branch").unwrap().unwrap().state, want);
     assert_eq!(
         store.list_checkpoints("branch").unwrap()[0].forked_from,
         Some(("main".into(), 3))
@@ -283,7 +283,7 @@ fn delete_is_durable_and_task_can_restart() {
     );
     let mut want = AgentState::default();
     want.apply(&step(9));
-    assert_eq!(store.load_latest("t").unwrap().unwrap().state, want);
+    assert_eq!(*store.load_latest("t").unwrap().unwrap().state, want);
 }
 
 #[test]
@@ -459,7 +459,7 @@ fn cache_never_serves_a_deleted_tasks_state() {
     for i in 1..=3 {
         store.commit("a", &step(i)).unwrap();
     }
-    assert_eq!(store.load_latest("a").unwrap().unwrap().state, expected(3));
+    assert_eq!(*store.load_latest("a").unwrap().unwrap().state, expected(3));
     store.delete_task("a").unwrap();
     let other = |i: u64| AgentDelta::default().message(Message::user(format!("new {i}")));
     for i in 1..=3 {
@@ -499,7 +499,7 @@ fn loads_racing_commits_see_only_committed_states() {
                     for round in 0..400 {
                         let t = tasks[round % tasks.len()];
                         if let Some(cp) = store.load_latest(t).unwrap() {
-                            assert_eq!(cp.state, expected(cp.seq), "{t} at {}", cp.seq);
+                            assert_eq!(*cp.state, expected(cp.seq), "{t} at {}", cp.seq);
                         }
                     }
                 });
@@ -508,8 +508,8 @@ fn loads_racing_commits_see_only_committed_states() {
         for t in tasks {
             let cp = store.load_latest(t).unwrap().unwrap();
             assert_eq!(
-                (cp.seq, cp.state),
-                (60, expected(60)),
+                (cp.seq, &*cp.state),
+                (60, &expected(60)),
                 "cache {cache_bytes}"
             );
         }

@@ -710,7 +710,7 @@ impl Harness {
                 let got = store.load(task, *seq).map_err(classify).map(|cp| {
                     cp.map(|cp| {
                         assert_eq!((cp.task.as_str(), cp.seq), (*task, *seq), "{ctx}");
-                        cp.state
+                        std::sync::Arc::unwrap_or_clone(cp.state)
                     })
                 });
                 assert_eq!(got, self.model.load(task, *seq), "{ctx}");
@@ -719,14 +719,14 @@ impl Harness {
                 let got = store
                     .load_latest(task)
                     .map_err(classify)
-                    .map(|cp| cp.map(|cp| (cp.seq, cp.state)));
+                    .map(|cp| cp.map(|cp| (cp.seq, std::sync::Arc::unwrap_or_clone(cp.state))));
                 assert_eq!(got, Ok(latest_of(&self.model, task)), "{ctx}");
             }
             Op::LoadLatestMatching { task, rem } => {
                 let got = store
                     .load_latest_matching(task, |s| matches_rem(s, *rem))
                     .map_err(classify)
-                    .map(|cp| cp.map(|cp| (cp.seq, cp.state)));
+                    .map(|cp| cp.map(|cp| (cp.seq, std::sync::Arc::unwrap_or_clone(cp.state))));
                 let want = self
                     .model
                     .load_latest_matching(task, |s| matches_rem(s, *rem));
@@ -980,7 +980,7 @@ fn check_all(store: &Store, model: &Model, ctx: &str) {
         let got = store
             .load_latest(task)
             .map_err(classify)
-            .map(|cp| cp.map(|cp| (cp.seq, cp.state)));
+            .map(|cp| cp.map(|cp| (cp.seq, std::sync::Arc::unwrap_or_clone(cp.state))));
         assert_eq!(
             got,
             Ok(latest_of(model, task)),
@@ -992,7 +992,7 @@ fn check_all(store: &Store, model: &Model, ctx: &str) {
                     let info = list.iter().find(|c| c.seq == seq);
                     let info = info.unwrap_or_else(|| panic!("{ctx}: {task}@{seq} not listed"));
                     assert_eq!(cp.created_at_ms, info.created_at_ms, "{ctx}: {task}@{seq}");
-                    cp.state
+                    std::sync::Arc::unwrap_or_clone(cp.state)
                 })
             });
             assert_eq!(got, model.load(task, seq), "{ctx}: load({task:?}, {seq})");
@@ -1001,7 +1001,7 @@ fn check_all(store: &Store, model: &Model, ctx: &str) {
             let got = store
                 .load_latest_matching(task, |s| matches_rem(s, rem))
                 .map_err(classify)
-                .map(|cp| cp.map(|cp| (cp.seq, cp.state)));
+                .map(|cp| cp.map(|cp| (cp.seq, std::sync::Arc::unwrap_or_clone(cp.state))));
             let want = model.load_latest_matching(task, |s| matches_rem(s, rem));
             assert_eq!(
                 got,

@@ -473,13 +473,14 @@ impl Run {
             let got = store
                 .load_latest(task)
                 .unwrap_or_else(|e| panic!("{what}: load_latest: {e}"))
-                .map(|c| (c.seq, c.state));
+                .map(|c| (c.seq, std::sync::Arc::unwrap_or_clone(c.state)));
             let want = model
                 .and_then(|t| t.states.last().cloned())
                 .map(|s| (latest, s));
             assert_eq!(got, want, "{what}: load_latest");
             for seq in 0..=latest + 1 {
-                let got = classify(store.load(task, seq), &what).map(|c| c.map(|c| c.state));
+                let got = classify(store.load(task, seq), &what)
+                    .map(|c| c.map(|c| std::sync::Arc::unwrap_or_clone(c.state)));
                 let want = self.model.load(task, seq);
                 let older = seq < self.model.retained_from(task);
                 let fine = match (&got, &want) {

@@ -427,12 +427,12 @@ impl<S: State> Store<S> {
         if seq == latest
             && let Some(state) = self.cache.get(task, slot, seq)
         {
-            return Ok(checkpoint(S::clone(&state)));
+            return Ok(checkpoint(state));
         }
         let Some(plan) = plan else { return Ok(None) };
-        let state = self.fold(&plan)?;
+        let state = Arc::new(self.fold(&plan)?);
         if seq == latest {
-            self.cache_put(task, slot, seq, Arc::new(state.clone()));
+            self.cache_put(task, slot, seq, state.clone());
         }
         Ok(checkpoint(state))
     }
@@ -521,7 +521,7 @@ impl<S: State> Store<S> {
                 ))
             });
         };
-        let body = codec::encode(&source.state)?;
+        let body = codec::encode(&*source.state)?;
         self.with_task_lock(new_task, |slot| {
             if slot.data.read().latest_seq() != 0 {
                 return Err(Error::TaskExists {

@@ -1,6 +1,7 @@
 //! Plain data types of the store's API: options, checkpoints, reports and stats.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::log::{LogOptions, RecoveryMode, SkippedRange, SyncMode, format::SEGMENT_BYTES_DEFAULT};
@@ -89,8 +90,10 @@ pub struct Checkpoint<S> {
     pub seq: u64,
     /// When it was committed (ms since the Unix epoch).
     pub created_at_ms: u64,
-    /// The state exactly as of this checkpoint.
-    pub state: S,
+    /// The state exactly as of this checkpoint, shared with the store's latest-state cache
+    /// (read it through the `Arc`; `Arc::unwrap_or_clone(cp.state)` gives an owned copy,
+    /// cloned only if the cache still holds it).
+    pub state: Arc<S>,
 }
 
 /// Metadata of one retained checkpoint.

@@ -192,9 +192,9 @@ fn step(store: &Store<Tally>, step: &Step) -> agentwal::Result<(u64, Option<Tall
         Step::Finish(task, call, res) => store.finish_call(task, call, res).map(none),
         Step::Delete(task) => store.delete_task(task).map(none),
         Step::Compact => store.compact().map(|_| (0, None)),
-        Step::Load(task) => Ok(store
-            .load_latest(task)?
-            .map_or((0, None), |c| (c.seq, Some(c.state)))),
+        Step::Load(task) => Ok(store.load_latest(task)?.map_or((0, None), |c| {
+            (c.seq, Some(std::sync::Arc::unwrap_or_clone(c.state)))
+        })),
     }
 }
 
@@ -251,7 +251,7 @@ pub fn contents(store: &Store<Tally>) -> Result<Contents, String> {
                 .load(&task, info.seq)
                 .map_err(|e| format!("load {task}: {e}"))?;
             let cp = cp.ok_or_else(|| format!("{task}: listed seq {} does not load", info.seq))?;
-            cps.push((cp.seq, cp.state));
+            cps.push((cp.seq, std::sync::Arc::unwrap_or_clone(cp.state)));
         }
         let latest = store
             .load_latest(&task)

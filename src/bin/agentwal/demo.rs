@@ -105,7 +105,7 @@ fn run_in(dir: &Path, args: &DemoArgs, json: bool) -> Result<(), Failure> {
     let latest = store
         .load_latest(TASK)?
         .ok_or_else(|| Failure::Problem("no checkpoint after the crash".into()))?;
-    let intact = latest.state == expected_state(latest.seq);
+    let intact = *latest.state == expected_state(latest.seq);
     say(
         json,
         format!(
@@ -143,7 +143,7 @@ fn run_in(dir: &Path, args: &DemoArgs, json: bool) -> Result<(), Failure> {
     unique.dedup();
     let duplicates = sent.len() - unique.len();
     let exactly_once = duplicates == 0 && sent.len() == expected_emails;
-    let final_intact = last.state == expected_state(last.seq);
+    let final_intact = *last.state == expected_state(last.seq);
     if json {
         print_json(&json!({
             "steps": args.steps, "crash_at": args.crash_at, "killed_during_step": killed_step,
