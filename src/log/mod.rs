@@ -209,6 +209,7 @@ impl Log {
         remove_superseded_files(fs, &dir, &scan.superseded)?;
         let start = writer_start(&storage, &dir, &scan, options.segment_bytes)?;
         let writer = Writer::new(start, options.sync);
+        writer.prepare()?;
         let log = Log {
             inner: Arc::new(Inner {
                 storage,

@@ -205,6 +205,14 @@ impl Writer {
         }
     }
 
+    /// Zeroes the space ahead of the tail and makes it durable, so that the first batches
+    /// after an open do not carry the zeros (and the extent conversion) in their fsync.
+    pub fn prepare(&self) -> Result<()> {
+        let mut io = self.io.lock();
+        io.zero_ahead()?;
+        io.sync(self)
+    }
+
     /// Largest payload one record may carry with this segment size.
     pub fn payload_bytes_max(&self) -> u64 {
         max_payload_bytes(self.segment_bytes)
@@ -542,6 +550,10 @@ impl Io {
         self.synced_pos = self.write_pos;
         self.zeroed_end = self.write_pos;
         self.allocated_end = SEGMENT_HEADER_BYTES as u64 + prealloc;
+        // Zeros for the first batches of the new segment, durable before they come (as
+        // at open): the rotating batch pays for them, not the next ones.
+        self.zero_ahead()?;
+        self.sync(w)?;
         w.active_segment.store(next_id, Ordering::Release);
         w.counters.rotations.fetch_add(1, Ordering::Relaxed);
         tracing::debug!(
