@@ -1215,8 +1215,10 @@ fn fmt_ms(ms: f64) -> String {
         format!("{:.2} s", ms / 1000.0)
     } else if ms >= 1.0 {
         format!("{ms:.2} ms")
-    } else {
+    } else if ms >= 0.01 {
         format!("{:.0} µs", ms * 1000.0)
+    } else {
+        format!("{:.2} µs", ms * 1000.0)
     }
 }
 
@@ -1405,12 +1407,20 @@ fn targets(cfg: &Config, run: &Run) -> Vec<Target> {
             met: r >= 50.0,
         });
     }
+    // Judged twice: on the log's records (what the engine writes, snapshots included),
+    // and on every byte handed to `write`, which adds the zeros written ahead into
+    // preallocated space (DESIGN.md §2.6).
     let written = a.written_per_delta();
+    let log = a.log_bytes.unwrap_or(f64::INFINITY) / a.delta_postcard;
+    out.push(Target {
+        what: format!("bytes written ≤ 3× the delta payload (T={tmax}, log records)"),
+        measured: format!("{log:.2}× (snapshots included)"),
+        met: log <= 3.0,
+    });
     out.push(Target {
         what: format!("bytes written ≤ 3× the delta payload (T={tmax}, syscall bytes)"),
         measured: format!(
-            "{written:.2}× (log records alone: {:.2}×; device: {:.2}×)",
-            a.log_bytes.unwrap_or(0.0) / a.delta_postcard,
+            "{written:.2}× (records {log:.2}× + zero-fill of preallocated space; device: {:.2}×)",
             a.device_per_delta()
         ),
         met: written <= 3.0,
@@ -1424,7 +1434,14 @@ fn targets(cfg: &Config, run: &Run) -> Vec<Target> {
                 "load_latest p50 ≤ 1/5 of sqlite-seed ({}-step task)",
                 cfg.steps
             ),
-            measured: format!("{} vs {} (1/{r:.1})", fmt_ms(aw / 1e3), fmt_ms(sw / 1e3)),
+            measured: format!(
+                "{} vs {} (1/{r:.1}; agentwal's warm load is a latest-state cache hit; \
+                 first load on a new handle: {} vs {})",
+                fmt_ms(aw / 1e3),
+                fmt_ms(sw / 1e3),
+                fmt_ms(a.load_cold_us.unwrap_or(f64::NAN) / 1e3),
+                fmt_ms(seed.load_cold_us.unwrap_or(f64::NAN) / 1e3),
+            ),
             met: r >= 5.0,
         });
     }
