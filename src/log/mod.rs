@@ -162,8 +162,6 @@ struct Inner {
     writer: Option<Writer>,
     recovery: LogRecovery,
     options: LogOptions,
-    /// For read-only handles: segments below this id were sealed at open.
-    last_segment_at_open: u64,
     maps: RwLock<HashMap<u64, FileView>>,
     _lock: Option<DirLock>,
 }
@@ -217,7 +215,6 @@ impl Log {
                 writer: Some(writer),
                 recovery: scan.report,
                 options,
-                last_segment_at_open: 0,
                 maps: RwLock::new(HashMap::new()),
                 _lock: Some(lock),
             }),
@@ -253,7 +250,6 @@ impl Log {
         Ok(Log {
             inner: Arc::new(Inner {
                 storage,
-                last_segment_at_open: scan.segments.last().map_or(0, |s| s.id),
                 dir,
                 writer: None,
                 recovery: scan.report,
@@ -295,7 +291,7 @@ impl Log {
         f: impl FnOnce(RecordRef<'_>) -> Result<T>,
     ) -> Result<T> {
         let path = segment_path(&self.inner.dir, pos.segment_id);
-        if let Some(view) = self.view(pos.segment_id, &path)? {
+        if let Some(view) = self.view(pos, &path)? {
             let bytes = view.get(pos.offset as usize..).unwrap_or(&[]);
             return f(decode_at(bytes, pos, &path)?);
         }
@@ -382,13 +378,6 @@ impl Log {
         self.inner.writer.as_ref().ok_or(Error::ReadOnly)
     }
 
-    fn is_sealed(&self, segment_id: u64) -> bool {
-        match &self.inner.writer {
-            Some(w) => segment_id < w.active_segment.load(Ordering::Acquire),
-            None => segment_id < self.inner.last_segment_at_open,
-        }
-    }
-
     /// Drops cached maps of segments `<= through_id` (replaced or about to be deleted).
     fn forget_maps(&self, through_id: u64) {
         self.inner.maps.write().retain(|id, _| *id > through_id);
@@ -396,12 +385,15 @@ impl Log {
 
     /// A cached whole-file view (a memory map) of a sealed segment, where the storage
     /// offers one.
-    fn view(&self, segment_id: u64, path: &Path) -> Result<Option<FileView>> {
-        if !self.is_sealed(segment_id) {
-            return Ok(None);
-        }
-        if let Some(m) = self.inner.maps.read().get(&segment_id) {
-            return Ok(Some(m.clone()));
+    /// A map of the segment that holds the whole record at `pos`, if the storage can map.
+    /// The active segment is mapped too: bytes below its write position never change, and
+    /// a map made before the file grew is made again when a record lies past its end.
+    fn view(&self, pos: RecordPos, path: &Path) -> Result<Option<FileView>> {
+        let cached = self.inner.maps.read().get(&pos.segment_id).cloned();
+        if let Some(view) = cached
+            && holds_record(&view, pos.offset)
+        {
+            return Ok(Some(view));
         }
         let Some(view) = self
             .inner
@@ -411,9 +403,24 @@ impl Log {
         else {
             return Ok(None);
         };
-        self.inner.maps.write().insert(segment_id, view.clone());
-        Ok(Some(view))
+        self.inner.maps.write().insert(pos.segment_id, view.clone());
+        // Not whole even in a fresh map: let the copying path report what is wrong.
+        Ok(holds_record(&view, pos.offset).then_some(view))
     }
+}
+
+/// Whether `view` holds a whole record (as its header says) at `offset`.
+fn holds_record(view: &FileView, offset: u64) -> bool {
+    let Some(head) = usize::try_from(offset)
+        .ok()
+        .and_then(|at| view.get(at..at.checked_add(RECORD_HEADER_BYTES)?))
+    else {
+        return false;
+    };
+    let Ok(header) = record::parse_header(head) else {
+        return false;
+    };
+    offset.saturating_add(header.record_bytes()) <= view.len() as u64
 }
 
 fn decode_at<'a>(bytes: &'a [u8], pos: RecordPos, path: &Path) -> Result<RecordRef<'a>> {
