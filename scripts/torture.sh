@@ -17,6 +17,6 @@ cargo test --release --test crash_sweep -- --nocapture
 echo "== kill -9: $AGENTWAL_KILL_ROUNDS rounds"
 cargo test --release --test kill9 -- --nocapture
 echo "== byte sweeps and injected I/O errors"
-cargo test --release --test log_faults --test io_errors -- --nocapture
+cargo test --release --test log_faults --test store_byte_sweep --test io_errors -- --nocapture
 echo "== fuzzing: ${fuzz_seconds}s per target"
 bash scripts/fuzz.sh "$fuzz_seconds"
