@@ -1919,7 +1919,7 @@ fn write_svg(
     bar_panel(
         &panels[3],
         &format!(
-            "load_latest p50 of a {}-step task (lower is better)",
+            "load_latest p50 of a {}-step task, warm (agentwal: cache hit; lower is better)",
             cfg.steps
         ),
         &groups,
