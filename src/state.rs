@@ -9,6 +9,14 @@ use crate::value::Value;
 
 /// A task's state, rebuilt by folding deltas (and snapshots) stored in the log.
 ///
+/// Two requirements, because the store keeps each task's latest state in memory and
+/// snapshots it from there (see `Options::cache_bytes`): encoding a state or a delta and
+/// decoding it again must give an equal value (no `#[serde(skip)]` fields that `apply`
+/// reads, no lossy serde impls), or a state served from memory could differ from the fold
+/// of the log; and a loaded state is shared (`Checkpoint::state` is an `Arc<S>`), so
+/// interior mutability (a `Mutex`, atomics) in `S` would let a caller change the cached
+/// copy that the next snapshot writes.
+///
 /// ```
 /// use agentwal::State;
 /// #[derive(Default, Clone, serde::Serialize, serde::Deserialize)]

@@ -175,13 +175,16 @@ impl<S: State> Store<S> {
             let _reading = self.inner.relocation.read();
             let (checkpoints, calls) = {
                 let d = slot.data.read();
+                if d.deleted {
+                    continue;
+                }
                 (
                     d.checkpoints.iter().collect::<Vec<_>>(),
                     d.calls.values().copied().collect::<Vec<_>>(),
                 )
             };
             for cp in &checkpoints {
-                self.read_body(cp.pos)?;
+                self.read_body(&task, cp.pos)?;
             }
             for call in &calls {
                 for pos in std::iter::once(call.begin).chain(call.finish) {

@@ -277,7 +277,7 @@ impl<S: State> Store<S> {
             let _reading = self.inner.relocation.read();
             let plan = slot.data.read().fold_plan(latest);
             if let Some(plan) = plan {
-                state = Some(Arc::new(self.fold(&plan)?));
+                state = Some(Arc::new(self.fold(task, &plan)?));
             }
         }
         if let Some(state) = state.as_mut() {
@@ -411,6 +411,11 @@ impl<S: State> Store<S> {
         let _reading = self.inner.relocation.read();
         let (plan, created_at_ms, latest) = {
             let data = slot.data.read();
+            // Deleted since the caller found the slot: a compaction may already have
+            // dropped or moved its records, so its positions point at nothing of its own.
+            if data.deleted {
+                return Ok(None);
+            }
             let Some(entry) = data.checkpoint(seq) else {
                 return Ok(None);
             };
@@ -430,7 +435,7 @@ impl<S: State> Store<S> {
             return Ok(checkpoint(state));
         }
         let Some(plan) = plan else { return Ok(None) };
-        let state = Arc::new(self.fold(&plan)?);
+        let state = Arc::new(self.fold(task, &plan)?);
         if seq == latest {
             self.cache_put(task, slot, seq, state.clone());
         }
@@ -438,10 +443,10 @@ impl<S: State> Store<S> {
     }
 
     /// Rebuilds a state from a fold plan (a snapshot or the first delta, then deltas).
-    fn fold(&self, plan: &[CpEntry]) -> Result<S> {
+    fn fold(&self, task: &str, plan: &[CpEntry]) -> Result<S> {
         let mut state = S::default();
         for entry in plan {
-            match self.read_body(entry.pos)? {
+            match self.read_body(task, entry.pos)? {
                 DecodedBody::Snapshot(s) => state = s,
                 DecodedBody::Delta(d) => state.apply(&d),
             }
@@ -451,13 +456,17 @@ impl<S: State> Store<S> {
 
     /// Reads and decodes the body of the checkpoint record at `pos`, migrating data
     /// written under another schema version.
-    fn read_body(&self, pos: RecordPos) -> Result<DecodedBody<S>> {
+    fn read_body(&self, task: &str, pos: RecordPos) -> Result<DecodedBody<S>> {
         let dir = self.inner.log.dir();
         self.inner.log.read_with(pos, |rec| {
             let codec::Decoded::Checkpoint(c) = codec::decode(dir, &rec)? else {
                 let why = "index points at a non-checkpoint record".into();
                 return Err(codec::decode_error(dir, &rec, why));
             };
+            if c.task != task {
+                let why = format!("index of task {task:?} points at a record of {:?}", c.task);
+                return Err(codec::decode_error(dir, &rec, why));
+            }
             let bad = |e: postcard::Error| codec::decode_error(dir, &rec, e.to_string());
             let (version, body) = (c.schema_version, c.body);
             Ok(match (c.body_kind, version == S::VERSION) {
