@@ -26,6 +26,7 @@ pub mod record;
 mod recovery;
 pub mod segment;
 mod writer;
+mod zeroing;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -146,6 +147,8 @@ pub struct LogStats {
     pub fsyncs: u64,
     /// Bytes written (records and seals).
     pub bytes_written: u64,
+    /// Bytes of zeros written ahead of the data into preallocated space (DESIGN.md §2.6).
+    pub zero_bytes_written: u64,
     /// Segments created by rotation.
     pub rotations: u64,
 }
@@ -370,6 +373,7 @@ impl Log {
             batches: c.batches.load(Ordering::Relaxed),
             fsyncs: c.fsyncs.load(Ordering::Relaxed),
             bytes_written: c.bytes_written.load(Ordering::Relaxed),
+            zero_bytes_written: c.zero_bytes_written.load(Ordering::Relaxed),
             rotations: c.rotations.load(Ordering::Relaxed),
         }
     }

@@ -12,11 +12,13 @@
 //! one waiter of the next batch first, to lead it, then every waiter of its own batch, so
 //! no thread wakes up only to find its record still pending.
 //!
-//! Preallocated space is written with zeros ahead of the data. On ext4 and XFS, space
-//! reserved by `fallocate` is an *unwritten* extent: the first write to each block turns
-//! it into a written one, a metadata change every fdatasync would have to write (one more
-//! device round trip per batch). Zeroing ahead, in large writes, makes that change once
-//! per [`ZERO_AHEAD_MIN_BYTES`] instead of once per batch.
+//! Preallocated space is written with zeros ahead of the data while batches are small. On
+//! ext4 and XFS, space reserved by `fallocate` is an *unwritten* extent: the first write to
+//! each block turns it into a written one, a metadata change every fdatasync would have to
+//! write (one more device round trip per batch). Zeroing ahead, in large writes, makes that
+//! change once per [`ZERO_AHEAD_MIN_BYTES`] instead of once per batch. When batches are
+//! large, that round trip costs less than writing every byte twice, and the writer stops
+//! zeroing (see [`super::zeroing`]).
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -27,6 +29,7 @@ use parking_lot::{Condvar, Mutex, MutexGuard};
 use super::format::*;
 use super::record::{self, RecordHeader};
 use super::segment::{create_segment, preallocate};
+use super::zeroing::ZeroingPolicy;
 use super::{RecordPos, SyncMode};
 use crate::error::{Error, Result};
 use crate::storage::{Storage, StorageFile};
@@ -118,6 +121,8 @@ struct Io {
     zeroed_end: u64,
     /// Bytes of the segment known durable.
     synced_pos: u64,
+    /// Whether to zero ahead, from the bytes recent fdatasyncs covered.
+    zeroing: ZeroingPolicy,
     segment_bytes: u64,
     /// Where the current segment ends: `segment_bytes`, or more for a segment reopened
     /// after it was written with a larger `segment_bytes` (it is sealed at the next append).
@@ -133,6 +138,7 @@ pub(crate) struct Counters {
     pub batches: AtomicU64,
     pub fsyncs: AtomicU64,
     pub bytes_written: AtomicU64,
+    pub zero_bytes_written: AtomicU64,
     pub rotations: AtomicU64,
 }
 
@@ -192,6 +198,7 @@ impl Writer {
                 // What lies past the data is not known to be written; zero it again.
                 zeroed_end: start.write_pos,
                 synced_pos: start.write_pos,
+                zeroing: ZeroingPolicy::default(),
                 segment_bytes: start.segment_bytes,
                 segment_end: start
                     .segment_bytes
@@ -209,7 +216,7 @@ impl Writer {
     /// after an open do not carry the zeros (and the extent conversion) in their fsync.
     pub fn prepare(&self) -> Result<()> {
         let mut io = self.io.lock();
-        io.zero_ahead()?;
+        io.zero_ahead(self)?;
         io.sync(self)
     }
 
@@ -403,11 +410,11 @@ impl Io {
             bytes = others;
             if sync || !rest.is_empty() {
                 // Invariant (Always mode): at most one unsynced batch exists.
-                self.sync(w)?;
+                self.sync_batch(w)?;
             }
         }
         if sync && self.synced_pos < self.write_pos {
-            self.sync(w)?;
+            self.sync_batch(w)?;
         }
         Ok(self.synced_pos == self.write_pos)
     }
@@ -463,7 +470,7 @@ impl Io {
             .bytes_written
             .fetch_add(bytes.len() as u64, Ordering::Relaxed);
         if zero_ahead {
-            self.zero_ahead()?;
+            self.zero_ahead(w)?;
         }
         Ok(())
     }
@@ -488,9 +495,13 @@ impl Io {
     }
 
     /// Writes zeros past the data when fewer than `ZERO_AHEAD_MIN_BYTES` are zeroed, so
-    /// later batches land on written (not unwritten) extents. The zeros go only past
-    /// `write_pos` and within the segment; the next fdatasync makes them durable.
-    fn zero_ahead(&mut self) -> Result<()> {
+    /// later batches land on written (not unwritten) extents, unless the policy says batches
+    /// are large enough not to bother. The zeros go only past `write_pos` and within the
+    /// segment; the next fdatasync makes them durable.
+    fn zero_ahead(&mut self, w: &Writer) -> Result<()> {
+        if !self.zeroing.zero_ahead() {
+            return Ok(());
+        }
         let from = self.zeroed_end.max(self.write_pos);
         let to = (self.write_pos + ZERO_AHEAD_MAX_BYTES).min(self.segment_end);
         if from >= to || from >= self.write_pos + ZERO_AHEAD_MIN_BYTES {
@@ -505,7 +516,18 @@ impl Io {
                 .map_err(|e| self.err("zeroing preallocated space in", e))?;
             at += n as u64;
         }
+        w.counters
+            .zero_bytes_written
+            .fetch_add(to - from, Ordering::Relaxed);
         self.zeroed_end = to;
+        Ok(())
+    }
+
+    /// Syncs the data of a batch, and tells the zeroing policy how much it was.
+    fn sync_batch(&mut self, w: &Writer) -> Result<()> {
+        let bytes = self.write_pos - self.synced_pos;
+        self.sync(w)?;
+        self.zeroing.observe_sync(bytes);
         Ok(())
     }
 
@@ -552,7 +574,7 @@ impl Io {
         self.allocated_end = SEGMENT_HEADER_BYTES as u64 + prealloc;
         // Zeros for the first batches of the new segment, durable before they come (as
         // at open): the rotating batch pays for them, not the next ones.
-        self.zero_ahead()?;
+        self.zero_ahead(w)?;
         self.sync(w)?;
         w.active_segment.store(next_id, Ordering::Release);
         w.counters.rotations.fetch_add(1, Ordering::Relaxed);

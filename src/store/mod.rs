@@ -622,6 +622,7 @@ impl<S: State> Store<S> {
                 log.appends as f64 / log.batches as f64
             },
             bytes_written: log.bytes_written,
+            zero_bytes_written: log.zero_bytes_written,
             live_bytes,
             dead_bytes: log_bytes.saturating_sub(live_bytes),
             segments,

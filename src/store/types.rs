@@ -167,6 +167,10 @@ pub struct Stats {
     pub mean_batch_records: f64,
     /// Bytes appended to the log.
     pub bytes_written: u64,
+    /// Bytes of zeros written ahead of the log's data, so that small batches land on
+    /// already-written blocks (DESIGN.md §2.6). Also sent to the disk, on top of
+    /// `bytes_written`.
+    pub zero_bytes_written: u64,
     /// Bytes of records still needed (retained checkpoints and their bases, tool calls).
     pub live_bytes: u64,
     /// Bytes of records in the log that are no longer needed.
