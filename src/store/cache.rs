@@ -22,6 +22,14 @@ struct Entry<S> {
     bytes: u64,
 }
 
+impl<S> Entry<S> {
+    /// Whether this entry is the state at `seq` of this very slot (not of a deleted and
+    /// recreated task of the same name).
+    fn is_for(&self, slot: &Arc<TaskSlot>, seq: u64) -> bool {
+        self.seq == seq && Arc::ptr_eq(&self.slot, slot)
+    }
+}
+
 /// Each task's latest state, within a byte budget.
 pub(crate) struct StateCache<S> {
     budget_bytes: u64,
@@ -49,7 +57,7 @@ impl<S> StateCache<S> {
     pub fn get(&self, task: &str, slot: &Arc<TaskSlot>, seq: u64) -> Option<Arc<S>> {
         let inner = self.inner.lock();
         let e = inner.map.get(task)?;
-        (e.seq == seq && Arc::ptr_eq(&e.slot, slot)).then(|| e.state.clone())
+        e.is_for(slot, seq).then(|| e.state.clone())
     }
 
     /// Removes and returns the task's state at `seq` (a commit is about to advance it);
@@ -58,7 +66,7 @@ impl<S> StateCache<S> {
         let mut inner = self.inner.lock();
         let e = inner.map.remove(task)?;
         inner.bytes -= e.bytes;
-        (e.seq == seq && Arc::ptr_eq(&e.slot, slot)).then_some(e.state)
+        e.is_for(slot, seq).then_some(e.state)
     }
 
     /// Caches `state` as the task's state at `seq`, unless an entry for a newer seq of

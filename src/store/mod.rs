@@ -232,7 +232,7 @@ impl<S: State> Store<S> {
         let seq = latest + 1;
         let next = self.state_after(task, slot, latest, delta, snapshot_due)?;
         let snapshot = match (&next, snapshot_due) {
-            (Some(state), true) => self.snapshot_bytes(task, state)?,
+            (Some(state), true) => self.encode_snapshot(task, state)?,
             _ => None,
         };
         let (body_kind, body) = match &snapshot {
@@ -297,7 +297,7 @@ impl<S: State> Store<S> {
     }
 
     /// Encodes `state` as a snapshot, unless it cannot fit in a record.
-    fn snapshot_bytes(&self, task: &str, state: &S) -> Result<Option<Vec<u8>>> {
+    fn encode_snapshot(&self, task: &str, state: &S) -> Result<Option<Vec<u8>>> {
         let bytes = codec::encode(state)?;
         // A snapshot too big for a segment is skipped: the delta alone still commits.
         let overhead = 2 * crate::log::format::RECORD_HEADER_BYTES as u64 + task.len() as u64 + 64;
