@@ -409,7 +409,7 @@ impl<S: State> Store<S> {
         seq: u64,
     ) -> Result<Option<Checkpoint<S>>> {
         let _reading = self.inner.relocation.read();
-        let (plan, created_at_ms, latest) = {
+        let (created_at_ms, latest) = {
             let data = slot.data.read();
             // Deleted since the caller found the slot: a compaction may already have
             // dropped or moved its records, so its positions point at nothing of its own.
@@ -419,7 +419,7 @@ impl<S: State> Store<S> {
             let Some(entry) = data.checkpoint(seq) else {
                 return Ok(None);
             };
-            (data.fold_plan(seq), entry.created_at_ms, data.latest_seq())
+            (entry.created_at_ms, data.latest_seq())
         };
         let checkpoint = |state| {
             Some(Checkpoint {
@@ -434,6 +434,15 @@ impl<S: State> Store<S> {
         {
             return Ok(checkpoint(state));
         }
+        // The plan only after a cache miss: it lists every record back to the last
+        // snapshot, which a hit must not pay for.
+        let plan = {
+            let data = slot.data.read();
+            if data.deleted {
+                return Ok(None);
+            }
+            data.fold_plan(seq)
+        };
         let Some(plan) = plan else { return Ok(None) };
         let state = Arc::new(self.fold(task, &plan)?);
         if seq == latest {
