@@ -126,8 +126,59 @@ pub(crate) fn decode<'a>(dir: &std::path::Path, rec: &RecordRef<'a>) -> Result<D
 
 /// Encodes a record payload.
 pub(crate) fn encode<T: Serialize>(rec: &T) -> Result<Vec<u8>> {
-    postcard::to_allocvec(rec)
+    encode_into(rec, Vec::new())
+}
+
+/// Encodes `rec` into a buffer of `capacity` bytes to start with (an estimate of its
+/// encoded size: a good one saves the copies of growing the buffer).
+pub(crate) fn encode_with_capacity<T: Serialize>(rec: &T, capacity: usize) -> Result<Vec<u8>> {
+    encode_into(rec, Vec::with_capacity(capacity))
+}
+
+/// Encodes `rec`, appending to `buf` (its capacity is used before the buffer grows).
+fn encode_into<T: Serialize>(rec: &T, buf: Vec<u8>) -> Result<Vec<u8>> {
+    postcard::to_extend(rec, buf)
         .map_err(|e| Error::InvalidArgument(format!("cannot encode record: {e}")))
+}
+
+/// Bytes a checkpoint record's payload may take beyond its task id, origin task id and
+/// body: the varints (lengths, seqs, time, schema version) and the enum tags.
+const CHECKPOINT_FIXED_BYTES_MAX: usize = 64;
+
+/// Encodes a checkpoint record into a buffer sized for it up front: a snapshot body can be
+/// megabytes, and growing a buffer by doubling would copy it about twice more.
+pub(crate) fn encode_checkpoint(rec: &CheckpointRec<'_>) -> Result<Vec<u8>> {
+    let origin = rec.origin.as_ref().map_or(0, |o| o.task.len());
+    let estimate = rec.task.len() + origin + rec.body.len() + CHECKPOINT_FIXED_BYTES_MAX;
+    encode_into(rec, Vec::with_capacity(estimate))
+}
+
+/// Largest buffer a thread keeps for [`with_encoded`]; a larger one is freed after use.
+const SCRATCH_BYTES_MAX: usize = 64 << 10;
+
+thread_local! {
+    /// Reused by [`with_encoded`], so that encoding a delta allocates nothing once warm.
+    static SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Encodes `value` into this thread's scratch buffer and runs `f` on the bytes. Falls back
+/// to a fresh buffer if the scratch one is in use (`f` encoding again on this thread).
+pub(crate) fn with_encoded<T: Serialize, R>(
+    value: &T,
+    f: impl FnOnce(&[u8]) -> Result<R>,
+) -> Result<R> {
+    SCRATCH.with(|scratch| {
+        let Ok(mut buf) = scratch.try_borrow_mut() else {
+            return f(&encode(value)?);
+        };
+        buf.clear();
+        *buf = encode_into(value, std::mem::take(&mut *buf))?;
+        let out = f(&buf);
+        if buf.capacity() > SCRATCH_BYTES_MAX {
+            *buf = Vec::new();
+        }
+        out
+    })
 }
 
 /// An undecodable payload at `rec`'s position.

@@ -201,9 +201,10 @@ impl<S: State> Store<S> {
     fn commit_inner(&self, task: &str, expected: Option<u64>, delta: &S::Delta) -> Result<u64> {
         self.writable()?;
         validate_id("task id", task, TASK_ID_BYTES_MAX)?;
-        let delta_bytes = codec::encode(delta)?;
-        self.with_task_lock(task, |slot| {
-            self.commit_locked(task, slot, expected, delta, &delta_bytes)
+        codec::with_encoded(delta, |delta_bytes| {
+            self.with_task_lock(task, |slot| {
+                self.commit_locked(task, slot, expected, delta, delta_bytes)
+            })
         })
     }
 
@@ -215,10 +216,18 @@ impl<S: State> Store<S> {
         delta: &S::Delta,
         delta_bytes: &[u8],
     ) -> Result<u64> {
-        let (latest, snapshot_due, previous_ms) = {
+        let (latest, snapshot_due, previous_ms, state_bytes) = {
             let data = slot.data.read();
             let due = self.snapshot_due(&data, delta_bytes.len());
-            (data.latest_seq(), due, data.latest_created_at_ms())
+            // What the state's encoding takes, give or take: the last snapshot and the
+            // deltas since (an upper bound when deltas overwrite).
+            let state_bytes = data.snapshot_bytes + data.delta_bytes_since_snapshot;
+            (
+                data.latest_seq(),
+                due,
+                data.latest_created_at_ms(),
+                state_bytes,
+            )
         };
         if let Some(expected) = expected
             && expected != latest
@@ -232,7 +241,13 @@ impl<S: State> Store<S> {
         let seq = latest + 1;
         let next = self.state_after(task, slot, latest, delta, snapshot_due)?;
         let snapshot = match (&next, snapshot_due) {
-            (Some(state), true) => self.encode_snapshot(task, state)?,
+            (Some(state), true) => {
+                // Never more than a record can hold (a state too big to snapshot keeps
+                // accumulating deltas).
+                let limit = self.inner.log.payload_bytes_max();
+                let estimate = (state_bytes + delta_bytes.len() as u64).min(limit) as usize;
+                self.encode_snapshot(task, state, estimate)?
+            }
             _ => None,
         };
         let (body_kind, body) = match &snapshot {
@@ -297,8 +312,13 @@ impl<S: State> Store<S> {
     }
 
     /// Encodes `state` as a snapshot, unless it cannot fit in a record.
-    fn encode_snapshot(&self, task: &str, state: &S) -> Result<Option<Vec<u8>>> {
-        let bytes = codec::encode(state)?;
+    fn encode_snapshot(
+        &self,
+        task: &str,
+        state: &S,
+        estimate_bytes: usize,
+    ) -> Result<Option<Vec<u8>>> {
+        let bytes = codec::encode_with_capacity(state, estimate_bytes)?;
         // A snapshot too big for a segment is skipped: the delta alone still commits.
         let overhead = 2 * crate::log::format::RECORD_HEADER_BYTES as u64 + task.len() as u64 + 64;
         Ok((bytes.len() as u64 + overhead <= self.inner.log.payload_bytes_max()).then_some(bytes))
@@ -321,7 +341,7 @@ impl<S: State> Store<S> {
         let payload = match &rec {
             codec::Decoded::CallBegin(b) => codec::encode(b)?,
             codec::Decoded::CallFinish(f) => codec::encode(f)?,
-            codec::Decoded::Checkpoint(c) => codec::encode(c)?,
+            codec::Decoded::Checkpoint(c) => codec::encode_checkpoint(c)?,
             codec::Decoded::Delete(d) => codec::encode(d)?,
         };
         // Held from append to index update: compaction's barrier (an exclusive hold)
