@@ -16,7 +16,8 @@ echo "== crash sweep: $AGENTWAL_CRASH_IMAGES images"
 cargo test --release --test crash_sweep -- --nocapture
 echo "== kill -9: $AGENTWAL_KILL_ROUNDS rounds"
 cargo test --release --test kill9 -- --nocapture
-echo "== byte sweeps and injected I/O errors"
-cargo test --release --test log_faults --test store_byte_sweep --test io_errors -- --nocapture
+echo "== byte sweeps, large-batch crash sweep and injected I/O errors"
+cargo test --release --test log_faults --test store_byte_sweep --test crash_sweep_large_batches \
+  --test io_errors -- --nocapture
 echo "== fuzzing: ${fuzz_seconds}s per target"
 bash scripts/fuzz.sh "$fuzz_seconds"
