@@ -171,9 +171,12 @@ pub struct Stats {
     /// already-written blocks (DESIGN.md §2.6). Also sent to the disk, on top of
     /// `bytes_written`.
     pub zero_bytes_written: u64,
-    /// Bytes of records still needed (retained checkpoints and their bases, tool calls).
+    /// Bytes of the records the index holds (checkpoints and tool calls). Checkpoints that
+    /// retention no longer serves count here until a compaction pass forgets them (as in
+    /// [`checkpoints`](Self::checkpoints)).
     pub live_bytes: u64,
-    /// Bytes of records in the log that are no longer needed.
+    /// Bytes of records in the log that the index no longer holds (an estimate once
+    /// compaction has run: DESIGN.md §9.1).
     pub dead_bytes: u64,
     /// Segment files.
     pub segments: u64,
