@@ -40,6 +40,8 @@
 //! cargo bench --bench micro -- load_latest           # one group
 //! ```
 
+mod common;
+
 use std::hint::black_box;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -48,6 +50,7 @@ use agentwal::log::format::{FLAG_BATCH_END, FLAG_BATCH_START};
 use agentwal::log::record::{self, RecordHeader};
 use agentwal::log::{Log, LogOptions, SyncMode};
 use agentwal::{AgentDelta, Message, Options, Store};
+use common::{step, text};
 use criterion::measurement::WallTime;
 use criterion::{
     BatchSize, BenchmarkGroup, BenchmarkId, Criterion, SamplingMode, Throughput, criterion_group,
@@ -122,39 +125,6 @@ impl Config {
             .tempdir_in(&self.base)
             .expect("create a temporary directory")
     }
-}
-
-/// Deterministic lowercase text (xorshift), as in benches/store.rs.
-fn text(seed: u64, len: usize) -> String {
-    let mut x = seed
-        .wrapping_mul(6364136223846793005)
-        .wrapping_add(1442695040888963407);
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            (b'a' + (x % 26) as u8) as char
-        })
-        .collect()
-}
-
-/// One agent step: an assistant message with a tool call (~300 B), a tool result (~1.5 KB)
-/// and three variables (~1.9 KB postcard-encoded), as in benches/store.rs.
-fn step(task: u64, i: u64) -> AgentDelta {
-    let call = format!("call-{task}-{i}");
-    AgentDelta::default()
-        .message(
-            Message::assistant(text(task * 1000 + i, 240)).with_tool_call(
-                &call,
-                "search",
-                text(i, 40),
-            ),
-        )
-        .message(Message::tool(&call, text(task * 7 + i, 1500)))
-        .set("phase", if i.is_multiple_of(2) { "plan" } else { "act" })
-        .set("step", i as i64)
-        .set("last_tool", "search")
 }
 
 fn encoded_len(delta: &AgentDelta) -> u64 {
