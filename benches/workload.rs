@@ -325,6 +325,9 @@ fn drive<W>(
                     let mut latencies = Vec::with_capacity(steps);
                     let mut cpu_ns = 0;
                     start_line.wait();
+                    // Each worker notes its own start: the main thread may be scheduled
+                    // only after a fast backend's workers have finished.
+                    let started = Instant::now();
                     for n in 0..steps {
                         let delta = make_delta(task, n);
                         let (t0, c0) = (Instant::now(), thread_cpu_ns());
@@ -334,21 +337,24 @@ fn drive<W>(
                     }
                     let finished = Instant::now();
                     drop(worker);
-                    (finished, latencies, cpu_ns)
+                    (started, finished, latencies, cpu_ns)
                 })
             })
             .collect();
         start_line.wait();
-        let started = Instant::now();
-        let mut finished = started;
+        let mut started: Option<Instant> = None;
+        let mut finished: Option<Instant> = None;
         let mut all = Vec::with_capacity(threads * steps);
         let mut cpu_ns = 0;
         for w in workers {
-            let (f, l, c) = w.join().expect("worker panicked");
-            finished = finished.max(f);
+            let (s, f, l, c) = w.join().expect("worker panicked");
+            started = Some(started.map_or(s, |t| t.min(s)));
+            finished = Some(finished.map_or(f, |t| t.max(f)));
             all.extend(l);
             cpu_ns += c;
         }
+        let started = started.expect("at least one worker");
+        let finished = finished.expect("at least one worker");
         (started, finished, all, cpu_ns)
     });
     latencies.sort_unstable();
@@ -484,7 +490,8 @@ impl Measurement {
         let (disk_bytes, disk_allocated) = dir_usage(dir);
         Measurement {
             commits,
-            commits_per_s: commits / times.wall.as_secs_f64(),
+            // At least a microsecond: a rate must stay finite however fast a run was.
+            commits_per_s: commits / times.wall.as_secs_f64().max(1e-6),
             p50_ms: percentile(&times.latencies, 50.0) as f64 / 1e6,
             p99_ms: percentile(&times.latencies, 99.0) as f64 / 1e6,
             max_ms: times.latencies.last().copied().unwrap_or(0) as f64 / 1e6,
@@ -1855,9 +1862,15 @@ fn bar_panel<DB: DrawingBackend>(
 where
     DB::ErrorType: 'static,
 {
-    if bars.is_empty() {
+    // A log axis needs finite, positive values (an infinite one once hung the drawing).
+    let drawable: Vec<&Bar> = bars
+        .iter()
+        .filter(|b| b.value.is_finite() && b.value > 0.0)
+        .collect();
+    if drawable.is_empty() {
         return Ok(());
     }
+    let bars = drawable;
     let lo = bars.iter().map(|b| b.value).fold(f64::INFINITY, f64::min) / 3.0;
     // Leave room above the bars for their labels (and the legend).
     let headroom = if legend.is_empty() { 4.0 } else { 40.0 };
