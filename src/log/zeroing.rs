@@ -9,7 +9,7 @@
 //! Measured on the development machine (ext4, workload benchmark, medians of 5 rounds):
 //! with about 3 KiB per sync (one task) zeroing was 37% faster; with ~23 KiB (16 tasks) 27%
 //! faster; with ~40 KiB (32 tasks) 13% faster; with ~55 KiB (48 tasks) even; with ~74 KiB
-//! (64 tasks) 27% slower. So the writer keeps a moving average of the bytes each sync
+//! (64 tasks) 21% slower. So the writer keeps a moving average of the bytes each sync
 //! covers, stops zeroing ahead once it reaches [`SKIP_ZEROING_SYNC_BYTES`], and starts
 //! again only below [`RESUME_ZEROING_SYNC_BYTES`]. Near the break-even point both choices
 //! cost the same, and the gap keeps the writer from flapping there: at 64 tasks, waves of
