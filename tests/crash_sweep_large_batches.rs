@@ -43,6 +43,8 @@
 //!
 //! `AGENTWAL_CRASH_POINT=<n>` sweeps only point `n` (failures print it).
 
+mod sim_workload;
+
 use std::collections::HashSet;
 use std::ops::Range;
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -55,6 +57,7 @@ use agentwal::log::format::PREALLOCATE_BYTES;
 use agentwal::log::{Log, LogOptions, LogStats, RecoveryMode, SyncMode};
 use agentwal::storage::Storage;
 use agentwal::storage::sim::{SimImage, SimOp, SimStorage};
+use sim_workload::Rng;
 
 /// The log's directory on the simulated disk.
 const DIR: &str = "/agents/wal";
@@ -108,30 +111,6 @@ impl Workload {
             segment_bytes: self.segment_bytes,
             recovery: RecoveryMode::TolerateTornTail,
         }
-    }
-}
-
-/// SplitMix64.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-    fn bytes(&mut self, len: usize) -> Vec<u8> {
-        let mut out = Vec::with_capacity(len + 8);
-        while out.len() < len {
-            out.extend_from_slice(&self.next().to_le_bytes());
-        }
-        out.truncate(len);
-        out
     }
 }
 
