@@ -143,7 +143,7 @@ fn encode_into<T: Serialize>(rec: &T, buf: Vec<u8>) -> Result<Vec<u8>> {
 
 /// Bytes a checkpoint record's payload may take beyond its task id, origin task id and
 /// body: the varints (lengths, seqs, time, schema version) and the enum tags.
-const CHECKPOINT_FIXED_BYTES_MAX: usize = 64;
+pub(crate) const CHECKPOINT_FIXED_BYTES_MAX: usize = 64;
 
 /// Encodes a checkpoint record into a buffer sized for it up front: a snapshot body can be
 /// megabytes, and growing a buffer by doubling would copy it about twice more.

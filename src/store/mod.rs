@@ -242,11 +242,7 @@ impl<S: State> Store<S> {
         let next = self.state_after(task, slot, latest, delta, snapshot_due)?;
         let snapshot = match (&next, snapshot_due) {
             (Some(state), true) => {
-                // Never more than a record can hold (a state too big to snapshot keeps
-                // accumulating deltas).
-                let limit = self.inner.log.payload_bytes_max();
-                let estimate = (state_bytes + delta_bytes.len() as u64).min(limit) as usize;
-                self.encode_snapshot(task, state, estimate)?
+                self.encode_snapshot(task, state, state_bytes + delta_bytes.len() as u64)?
             }
             _ => None,
         };
@@ -311,17 +307,23 @@ impl<S: State> Store<S> {
         self.cache.put(task, slot, seq, state, bytes);
     }
 
-    /// Encodes `state` as a snapshot, unless it cannot fit in a record.
+    /// Encodes `state` as a snapshot, unless it cannot fit in a record. `estimate_bytes`
+    /// sizes the buffer up front.
     fn encode_snapshot(
         &self,
         task: &str,
         state: &S,
-        estimate_bytes: usize,
+        estimate_bytes: u64,
     ) -> Result<Option<Vec<u8>>> {
-        let bytes = codec::encode_with_capacity(state, estimate_bytes)?;
+        let limit = self.inner.log.payload_bytes_max();
+        // Never more than a record can hold (a state too big to snapshot keeps
+        // accumulating deltas, and with them the estimate).
+        let bytes = codec::encode_with_capacity(state, estimate_bytes.min(limit) as usize)?;
         // A snapshot too big for a segment is skipped: the delta alone still commits.
-        let overhead = 2 * crate::log::format::RECORD_HEADER_BYTES as u64 + task.len() as u64 + 64;
-        Ok((bytes.len() as u64 + overhead <= self.inner.log.payload_bytes_max()).then_some(bytes))
+        let overhead = 2 * crate::log::format::RECORD_HEADER_BYTES as u64
+            + task.len() as u64
+            + codec::CHECKPOINT_FIXED_BYTES_MAX as u64;
+        Ok((bytes.len() as u64 + overhead <= limit).then_some(bytes))
     }
 
     /// The snapshot policy: a snapshot once the deltas since the last one outweigh it
