@@ -88,8 +88,13 @@ struct Config {
     base: PathBuf,
 }
 
+/// `AGENTWAL_BENCH_QUICK` set to something other than empty or `0`: a smoke run.
+fn quick() -> bool {
+    std::env::var("AGENTWAL_BENCH_QUICK").is_ok_and(|v| !v.is_empty() && v != "0")
+}
+
 fn config() -> Config {
-    let quick = std::env::var("AGENTWAL_BENCH_QUICK").is_ok_and(|v| !v.is_empty() && v != "0");
+    let quick = quick();
     let benching = std::env::args().any(|a| a == "--bench");
     let base = std::env::var_os("AGENTWAL_BENCH_DIR")
         .map_or_else(|| PathBuf::from(env!("CARGO_TARGET_TMPDIR")), PathBuf::from);
@@ -497,11 +502,7 @@ fn compaction(c: &mut Criterion) {
 
 fn criterion() -> Criterion {
     let c = Criterion::default();
-    if std::env::var("AGENTWAL_BENCH_QUICK").is_ok_and(|v| !v.is_empty() && v != "0") {
-        c.without_plots()
-    } else {
-        c
-    }
+    if quick() { c.without_plots() } else { c }
 }
 
 criterion_group! {
