@@ -41,6 +41,11 @@ const ZERO_AHEAD_MIN_BYTES: u64 = 512 << 10;
 const ZERO_AHEAD_MAX_BYTES: u64 = 1 << 20;
 /// Zeros written per `pwrite` when zeroing ahead.
 static ZEROS: [u8; 64 << 10] = [0; 64 << 10];
+/// Payloads at least this large have their CRC computed by the appender, outside the lock,
+/// and combined with the header's by the leader (a fixed ~0.4 µs). Smaller ones are
+/// checksummed by the leader in one pass over header and payload, which costs less than
+/// the combine (about 70 ns for 2 KiB) and keeps the leader's serial work short.
+const APPENDER_CRC_MIN_BYTES: usize = 16 << 10;
 /// A batch's buffers are shrunk back to this many bytes after use (one huge batch should
 /// not pin its memory for the life of the log).
 const SPARE_BYTES_MAX: usize = 4 << 20;
@@ -50,7 +55,8 @@ struct Pending {
     lsn: u64,
     pos: RecordPos,
     kind: u8,
-    payload_crc: u32,
+    /// The payload's CRC when the appender computed it (large payloads only).
+    payload_crc: Option<u32>,
     payload_len: u32,
 }
 
@@ -234,7 +240,8 @@ impl Writer {
                 limit_bytes: limit,
             });
         }
-        let payload_crc = record::payload_crc(payload);
+        let payload_crc =
+            (payload.len() >= APPENDER_CRC_MIN_BYTES).then(|| record::payload_crc(payload));
         let mut shared = self.shared.lock();
         if let Some(cause) = &shared.poisoned {
             return Err(Error::Poisoned {
@@ -377,16 +384,23 @@ fn reserve(tail: &mut RecordPos, payload_bytes: u64, segment_bytes: u64) -> Reco
     pos
 }
 
-/// Writes the encoded header of a record into `out` (the record's first
-/// `RECORD_HEADER_BYTES` bytes), exactly as [`record::encode_into`] lays it out.
-fn put_header(out: &mut [u8], header: &RecordHeader, payload_crc: u32) {
-    let crc = header.checksum(payload_crc, u64::from(header.payload_len));
-    out[REC_CRC_OFFSET..][..4].copy_from_slice(&crc.to_le_bytes());
-    out[REC_LEN_OFFSET..][..4].copy_from_slice(&header.payload_len.to_le_bytes());
-    out[REC_LSN_OFFSET..][..8].copy_from_slice(&header.lsn.to_le_bytes());
-    out[REC_KIND_OFFSET] = header.kind;
-    out[REC_FLAGS_OFFSET] = header.flags;
-    out[REC_RESERVED_OFFSET..RECORD_HEADER_BYTES].fill(0);
+/// Writes the encoded header of a record into `record` (its header bytes, then its
+/// payload), exactly as [`record::encode_into`] lays it out. Without the payload's CRC at
+/// hand, the checksum is computed over the record's bytes as they lie.
+fn put_header(record: &mut [u8], header: &RecordHeader, payload_crc: Option<u32>) {
+    debug_assert_eq!(record.len() as u64, header.record_bytes());
+    record[REC_LEN_OFFSET..][..4].copy_from_slice(&header.payload_len.to_le_bytes());
+    record[REC_LSN_OFFSET..][..8].copy_from_slice(&header.lsn.to_le_bytes());
+    record[REC_KIND_OFFSET] = header.kind;
+    record[REC_FLAGS_OFFSET] = header.flags;
+    record[REC_RESERVED_OFFSET..RECORD_HEADER_BYTES].fill(0);
+    let crc = match payload_crc {
+        Some(payload_crc) => header.checksum(payload_crc, u64::from(header.payload_len)),
+        // The checksum covers the header after its CRC field, then the payload: here
+        // contiguous.
+        None => mask_crc(crc32fast::hash(&record[REC_LEN_OFFSET..])),
+    };
+    record[REC_CRC_OFFSET..][..4].copy_from_slice(&crc.to_le_bytes());
 }
 
 impl Io {
@@ -447,8 +461,9 @@ impl Io {
                 kind: p.kind,
                 flags,
             };
-            put_header(&mut bytes[at..], &header, p.payload_crc);
-            at += p.record_bytes();
+            let end = at + p.record_bytes();
+            put_header(&mut bytes[at..end], &header, p.payload_crc);
+            at = end;
         }
         debug_assert_eq!(at, bytes.len(), "run bytes match its records");
         self.write_at_end(bytes, true, w)?;
@@ -613,6 +628,12 @@ mod tests {
             (&b"hello"[..], u64::MAX - 1, KIND_USER_MAX, FLAG_BATCH_START),
             (&[0xA5u8; 300][..], 1 << 40, KIND_SEAL, FLAG_BATCH_END),
             (&[0u8; 4096][..], 7, 3, 0),
+            (
+                &[0x5Au8; APPENDER_CRC_MIN_BYTES + 1][..],
+                9,
+                2,
+                FLAG_BATCH_END,
+            ),
         ] {
             let header = RecordHeader {
                 payload_len: payload.len() as u32,
@@ -623,10 +644,13 @@ mod tests {
             let crc = record::payload_crc(payload);
             let mut expected = Vec::new();
             record::encode_into(&mut expected, &header, crc, payload);
-            let mut got = vec![0xFFu8; RECORD_HEADER_BYTES];
-            put_header(&mut got, &header, crc);
-            got.extend_from_slice(payload);
-            assert_eq!(got, expected);
+            // Both ways: with the payload's CRC from the appender, and computed in place.
+            for given in [Some(crc), None] {
+                let mut got = vec![0xFFu8; RECORD_HEADER_BYTES];
+                got.extend_from_slice(payload);
+                put_header(&mut got, &header, given);
+                assert_eq!(got, expected, "payload CRC given: {}", given.is_some());
+            }
         }
     }
 
@@ -642,7 +666,7 @@ mod tests {
                 lsn,
                 pos,
                 kind: 1,
-                payload_crc: record::payload_crc(payload),
+                payload_crc: None,
                 payload_len: payload.len() as u32,
             };
             b.push(pending, payload);
