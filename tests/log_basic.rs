@@ -255,3 +255,51 @@ fn zeroing_ahead_follows_batch_size() {
     let payloads: Vec<Vec<u8>> = recs.into_iter().map(|r| r.2).collect();
     assert_eq!(payloads, expected);
 }
+
+/// Whether `dir` is on tmpfs, which keeps no extent map: there a reopen zeroes again.
+fn on_tmpfs(dir: &std::path::Path) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    const TMPFS_MAGIC: i64 = 0x0102_1994;
+    let path = std::ffi::CString::new(dir.as_os_str().as_bytes()).unwrap();
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `path` is NUL-terminated and `st` is a valid statfs to fill in.
+    let rc = unsafe { libc::statfs(path.as_ptr(), &mut st) };
+    rc == 0 && st.f_type as i64 == TMPFS_MAGIC
+}
+
+/// A reopen does not zero again what the previous writer zeroed ahead (it reads the file
+/// system's extent map); a fresh log does.
+#[test]
+fn reopen_does_not_zero_again() {
+    let dir = tempfile::tempdir().unwrap();
+    if on_tmpfs(dir.path()) {
+        eprintln!("skipped: tmpfs has no extent map");
+        return;
+    }
+    let log = Log::open(dir.path(), LogOptions::default()).unwrap();
+    assert!(
+        log.stats().zero_bytes_written > 0,
+        "a fresh log zeroes ahead"
+    );
+    let mut expected = Vec::new();
+    for i in 0..100u32 {
+        let payload = vec![i as u8; 3 << 10];
+        log.append(1, &payload).unwrap();
+        expected.push(payload);
+    }
+    drop(log);
+    let (log, recs) = collect(dir.path(), LogOptions::default());
+    assert_eq!(
+        log.stats().zero_bytes_written,
+        0,
+        "the previous writer left 700 KiB zeroed past its data: {:?}",
+        log.stats()
+    );
+    let payloads: Vec<Vec<u8>> = recs.into_iter().map(|r| r.2).collect();
+    assert_eq!(payloads, expected);
+    // Past the zeroed space, it zeroes ahead again.
+    for _ in 0..400 {
+        log.append(1, &[5u8; 3 << 10]).unwrap();
+    }
+    assert!(log.stats().zero_bytes_written > 0, "{:?}", log.stats());
+}

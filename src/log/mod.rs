@@ -638,6 +638,7 @@ fn writer_start(
             segment_id: id,
             write_pos: SEGMENT_HEADER_BYTES as u64,
             file_bytes: SEGMENT_HEADER_BYTES as u64 + prealloc,
+            zeroed_end: SEGMENT_HEADER_BYTES as u64,
             next_lsn: scan.next_lsn,
             segment_bytes,
         })
@@ -674,6 +675,9 @@ fn reopen_tail(
         tracing::warn!(segment = %last.path.display(), offset = last.data_end,
             bytes = last.dirty_end - last.data_end, "discarded a torn tail");
     }
+    // Space a previous writer zeroed ahead is written already; zeroing it again at every
+    // open would cost a megabyte of writes and an fdatasync per open.
+    let zeroed_end = file.written_end(last.data_end);
     Ok(WriterStart {
         storage: storage.clone(),
         dir: dir.to_path_buf(),
@@ -683,6 +687,7 @@ fn reopen_tail(
         // A segment written under a larger segment_bytes stays valid; the writer seals it
         // at the next append and new segments take the current segment_bytes.
         file_bytes: last.file_bytes,
+        zeroed_end,
         next_lsn,
         segment_bytes,
     })

@@ -156,6 +156,9 @@ pub(crate) struct WriterStart {
     pub segment_id: u64,
     pub write_pos: u64,
     pub file_bytes: u64,
+    /// Bytes of the segment known written (data or zeros) at open: no unwritten extents
+    /// below, so no need to zero them again.
+    pub zeroed_end: u64,
     pub next_lsn: u64,
     pub segment_bytes: u64,
 }
@@ -201,8 +204,7 @@ impl Writer {
                 segment_id: start.segment_id,
                 write_pos: start.write_pos,
                 allocated_end: start.file_bytes,
-                // What lies past the data is not known to be written; zero it again.
-                zeroed_end: start.write_pos,
+                zeroed_end: start.zeroed_end.min(start.file_bytes).max(start.write_pos),
                 synced_pos: start.write_pos,
                 zeroing: ZeroingPolicy::default(),
                 segment_bytes: start.segment_bytes,
@@ -218,12 +220,15 @@ impl Writer {
         }
     }
 
-    /// Zeroes the space ahead of the tail and makes it durable, so that the first batches
-    /// after an open do not carry the zeros (and the extent conversion) in their fsync.
+    /// Zeroes the space ahead of the tail, unless a previous writer did, and makes it
+    /// durable, so that the first batches after an open do not carry the zeros (and the
+    /// extent conversion) in their fsync.
     pub fn prepare(&self) -> Result<()> {
         let mut io = self.io.lock();
-        io.zero_ahead(self)?;
-        io.sync(self)
+        if io.zero_ahead(self)? > 0 {
+            io.sync(self)?;
+        }
+        Ok(())
     }
 
     /// Largest payload one record may carry with this segment size.
@@ -512,15 +517,15 @@ impl Io {
     /// Writes zeros past the data when fewer than `ZERO_AHEAD_MIN_BYTES` are zeroed, so
     /// later batches land on written (not unwritten) extents, unless the policy says batches
     /// are large enough not to bother. The zeros go only past `write_pos` and within the
-    /// segment; the next fdatasync makes them durable.
-    fn zero_ahead(&mut self, w: &Writer) -> Result<()> {
+    /// segment; the next fdatasync makes them durable. Returns the bytes of zeros written.
+    fn zero_ahead(&mut self, w: &Writer) -> Result<u64> {
         if !self.zeroing.zero_ahead() {
-            return Ok(());
+            return Ok(0);
         }
         let from = self.zeroed_end.max(self.write_pos);
         let to = (self.write_pos + ZERO_AHEAD_MAX_BYTES).min(self.segment_end);
         if from >= to || from >= self.write_pos + ZERO_AHEAD_MIN_BYTES {
-            return Ok(());
+            return Ok(0);
         }
         self.allocate_through(to)?;
         let mut at = from;
@@ -535,7 +540,7 @@ impl Io {
             .zero_bytes_written
             .fetch_add(to - from, Ordering::Relaxed);
         self.zeroed_end = to;
-        Ok(())
+        Ok(to - from)
     }
 
     /// Syncs the data of a batch, and tells the zeroing policy how much it was.
