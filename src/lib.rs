@@ -6,6 +6,7 @@
 //! and DESIGN.md for the on-disk format and the recovery rules.
 #![deny(missing_docs)]
 
+mod background;
 pub mod error;
 pub mod log;
 mod state;

@@ -303,3 +303,23 @@ fn reopen_does_not_zero_again() {
     }
     assert!(log.stats().zero_bytes_written > 0, "{:?}", log.stats());
 }
+
+/// Dropping the last handle releases the directory at once, also while the `Periodic`
+/// flusher is in the middle of an fdatasync: reopening right away must not find it locked.
+#[test]
+fn periodic_log_releases_its_lock_on_drop() {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = LogOptions {
+        sync: SyncMode::Periodic(std::time::Duration::from_millis(1)),
+        ..LogOptions::default()
+    };
+    for round in 0..300u32 {
+        let log = Log::open(dir.path(), opts).unwrap_or_else(|e| panic!("round {round}: {e}"));
+        // Appends over 1 to 3 ms, so the flusher's syncs fall at every phase of the drop.
+        for i in 0..4u32 {
+            log.append(1, &(round * 4 + i).to_le_bytes()).unwrap();
+            let pause_us = 250 + u64::from((round * 7 + i * 13) % 11) * 50;
+            std::thread::sleep(std::time::Duration::from_micros(pause_us));
+        }
+    }
+}

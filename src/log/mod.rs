@@ -29,6 +29,7 @@ mod writer;
 mod zeroing;
 
 use std::collections::HashMap;
+use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
@@ -44,6 +45,7 @@ use self::lock::DirLock;
 use self::recovery::{Scan, SegmentState};
 use self::segment::{create_segment, segment_path, sync_dir};
 use self::writer::{Writer, WriterStart};
+use crate::background::Periodic;
 use crate::error::{CorruptionReason, Error, Result};
 use crate::storage::{FileView, RealStorage, Storage, StorageFile};
 
@@ -156,6 +158,10 @@ pub struct LogStats {
 /// A handle to a log directory. Cheap to clone; all clones share one writer.
 #[derive(Clone)]
 pub struct Log {
+    // Declared first so it drops first: the last handle stops and joins the `Periodic`
+    // flusher before the writer (and the directory lock) goes, so a reopen right after
+    // the drop does not find the directory still locked by a flush in progress.
+    _flusher: Arc<Option<Periodic>>,
     inner: Arc<Inner>,
 }
 
@@ -211,21 +217,23 @@ impl Log {
         let start = writer_start(&storage, &dir, &scan, options.segment_bytes)?;
         let writer = Writer::new(start, options.sync);
         writer.prepare()?;
-        let log = Log {
-            inner: Arc::new(Inner {
-                storage,
-                dir,
-                writer: Some(writer),
-                recovery: scan.report,
-                options,
-                maps: RwLock::new(HashMap::new()),
-                _lock: Some(lock),
-            }),
+        let inner = Arc::new(Inner {
+            storage,
+            dir,
+            writer: Some(writer),
+            recovery: scan.report,
+            options,
+            maps: RwLock::new(HashMap::new()),
+            _lock: Some(lock),
+        });
+        let flusher = match options.sync {
+            SyncMode::Periodic(interval) => spawn_flusher(Arc::downgrade(&inner), interval),
+            _ => None,
         };
-        if let SyncMode::Periodic(interval) = options.sync {
-            spawn_flusher(Arc::downgrade(&log.inner), interval);
-        }
-        Ok(log)
+        Ok(Log {
+            _flusher: Arc::new(flusher),
+            inner,
+        })
     }
 
     /// Opens the log read-only: takes no lock, modifies nothing, ignores an unfinished tail.
@@ -251,6 +259,7 @@ impl Log {
         let scan = scan_read_only(&*storage, &dir, options.recovery, &mut visit)?;
         log_recovery(&dir, &scan.report, started);
         Ok(Log {
+            _flusher: Arc::new(None),
             inner: Arc::new(Inner {
                 storage,
                 dir,
@@ -706,26 +715,15 @@ fn log_recovery(dir: &Path, r: &LogRecovery, started: Instant) {
     );
 }
 
-fn spawn_flusher(inner: Weak<Inner>, interval: Duration) {
-    // Sleeps in short slices so a dropped log lets the thread end promptly.
-    const SLICE: Duration = Duration::from_millis(50);
-    std::thread::Builder::new()
-        .name("agentwal-flusher".into())
-        .spawn(move || {
-            let mut waited = Duration::ZERO;
-            loop {
-                std::thread::sleep(SLICE.min(interval));
-                waited += SLICE.min(interval);
-                let Some(inner) = inner.upgrade() else { return };
-                if waited >= interval {
-                    waited = Duration::ZERO;
-                    if let Some(w) = &inner.writer
-                        && w.flush().is_err()
-                    {
-                        return; // poisoned: appends report it
-                    }
-                }
-            }
-        })
-        .ok();
+fn spawn_flusher(inner: Weak<Inner>, interval: Duration) -> Option<Periodic> {
+    Periodic::spawn("agentwal-flusher", interval, move || {
+        let Some(inner) = inner.upgrade() else {
+            return ControlFlow::Break(());
+        };
+        match &inner.writer {
+            // Poisoned: appends report it.
+            Some(w) if w.flush().is_err() => ControlFlow::Break(()),
+            _ => ControlFlow::Continue(()),
+        }
+    })
 }

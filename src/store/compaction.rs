@@ -8,14 +8,15 @@
 //! are gone, which compaction of a whole prefix guarantees).
 
 use std::collections::HashMap;
-use std::sync::{Arc, Weak};
+use std::ops::ControlFlow;
+use std::sync::Weak;
 
-use parking_lot::{Condvar, Mutex};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use super::index::Index;
 use super::{CompactionReport, Inner, Store, now_ms};
+use crate::background::Periodic;
 use crate::error::Result;
 use crate::log::format::{SEAL_RECORD_BYTES, SEGMENT_HEADER_BYTES};
 use crate::log::{Log, RecordPos};
@@ -220,60 +221,21 @@ fn remap(index: &Index, map: &HashMap<RecordPos, RecordPos>, through: u64) {
     });
 }
 
-/// The background compaction thread; dropping this stops and joins it.
-pub(crate) struct Background {
-    stop: Arc<(Mutex<bool>, Condvar)>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl Background {
-    /// Starts the thread: after each segment rotation it runs a pass if one is due.
-    pub fn spawn(inner: Weak<Inner>) -> Self {
-        let stop = Arc::new((Mutex::new(false), Condvar::new()));
-        let signal = stop.clone();
-        let thread = std::thread::Builder::new()
-            .name("agentwal-compactor".into())
-            .spawn(move || background_loop(&inner, &signal));
-        if let Err(e) = &thread {
-            tracing::warn!(error = %e, "could not start the background compaction thread");
-        }
-        Background {
-            stop,
-            thread: thread.ok(),
-        }
-    }
-}
-
-impl Drop for Background {
-    fn drop(&mut self) {
-        *self.stop.0.lock() = true;
-        self.stop.1.notify_all();
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
-
-fn background_loop(inner: &Weak<Inner>, stop: &(Mutex<bool>, Condvar)) {
+/// Starts the background compaction thread: after each segment rotation it runs a pass if
+/// one is due. Dropping the handle stops and joins it.
+pub(crate) fn spawn_background(inner: Weak<Inner>) -> Option<Periodic> {
     let mut seen_rotations = 0;
-    loop {
-        {
-            let mut stopped = stop.0.lock();
-            if !*stopped {
-                stop.1.wait_for(&mut stopped, COMPACTION_CHECK_INTERVAL);
-            }
-            if *stopped {
-                return;
-            }
-        }
-        let Some(inner) = inner.upgrade() else { return };
+    Periodic::spawn("agentwal-compactor", COMPACTION_CHECK_INTERVAL, move || {
+        let Some(inner) = inner.upgrade() else {
+            return ControlFlow::Break(());
+        };
         let rotations = inner.log.stats().rotations;
-        if rotations == seen_rotations {
-            continue;
+        if rotations != seen_rotations {
+            seen_rotations = rotations;
+            if let Err(e) = run_pass(&inner, false) {
+                tracing::warn!(error = %e, "background compaction failed; will retry");
+            }
         }
-        seen_rotations = rotations;
-        if let Err(e) = run_pass(&inner, false) {
-            tracing::warn!(error = %e, "background compaction failed; will retry");
-        }
-    }
+        ControlFlow::Continue(())
+    })
 }

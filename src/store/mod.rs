@@ -22,6 +22,7 @@ pub use types::*;
 
 use self::codec::{Body, CheckpointRec, DeleteRec, Origin};
 use self::index::{CpEntry, Index, TaskData, TaskSlot};
+use crate::background::Periodic;
 use crate::error::{CorruptionReason, Error, Result};
 use crate::log::format::RECORD_HEADER_BYTES;
 use crate::log::segment::segment_path;
@@ -44,7 +45,7 @@ use crate::storage::{RealStorage, Storage};
 pub struct Store<S: State = AgentState> {
     // Declared first so it drops first: the last handle stops and joins the background
     // compactor before the log (and its directory lock) goes.
-    _compactor: Arc<Option<compaction::Background>>,
+    _compactor: Arc<Option<Periodic>>,
     inner: Arc<Inner>,
     cache: Arc<cache::StateCache<S>>,
     _state: PhantomData<fn() -> S>,
@@ -176,7 +177,8 @@ impl<S: State> Store<S> {
             compactor: parking_lot::Mutex::new(()),
         });
         let compactor = (options.auto_compact && !inner.log.is_read_only())
-            .then(|| compaction::Background::spawn(Arc::downgrade(&inner)));
+            .then(|| compaction::spawn_background(Arc::downgrade(&inner)))
+            .flatten();
         Ok(Store {
             _compactor: Arc::new(compactor),
             inner,
