@@ -52,7 +52,7 @@
 //!
 //! Environment: `AGENTWAL_BENCH_QUICK=1` (S = 20, T = 1 and 8, one round, fewer loads, no
 //! 100k-task store), `AGENTWAL_BENCH_STEPS`, `AGENTWAL_BENCH_THREADS` (e.g. `1,8,64`),
-//! `AGENTWAL_BENCH_ROUNDS` (full default 3; each figure is the median over rounds),
+//! `AGENTWAL_BENCH_ROUNDS` (full default 9; each figure is the median over rounds),
 //! `AGENTWAL_BENCH_BACKENDS` (comma-separated names, e.g. `agentwal,okaywal`, for
 //! profiling), `AGENTWAL_BENCH_LARGE_MIB`, `AGENTWAL_BENCH_INDEX_TASKS` (0 skips),
 //! `AGENTWAL_BENCH_CALM_US` (before each backend run, wait up to 30 s until a 4 KiB
@@ -80,6 +80,11 @@ use rusqlite::{Connection, ErrorCode, params};
 
 /// Set in the environment of the child process that measures index memory.
 const CHILD_ENV: &str = "AGENTWAL_BENCH_CHILD_INDEX_RSS";
+/// Rounds of a full run. On the shared development disk one round's ratio of two backends
+/// moves by about ±10%; two targets sit within 10% of parity, and their medians over 5
+/// rounds still landed on either side of the line from run to run. 9 rounds take about
+/// 4 minutes.
+const FULL_ROUNDS_DEFAULT: usize = 9;
 
 // ---------------------------------------------------------------------------------------
 // Configuration
@@ -138,7 +143,11 @@ impl Config {
             quick,
             steps: env_parse("AGENTWAL_BENCH_STEPS").unwrap_or(if quick { 20 } else { 200 }),
             threads,
-            rounds: env_parse("AGENTWAL_BENCH_ROUNDS").unwrap_or(if quick { 1 } else { 3 }),
+            rounds: env_parse("AGENTWAL_BENCH_ROUNDS").unwrap_or(if quick {
+                1
+            } else {
+                FULL_ROUNDS_DEFAULT
+            }),
             backends,
             warm_loads: if quick { 20 } else { 200 },
             cold_loads: if quick { 2 } else { 5 },
@@ -1590,8 +1599,19 @@ fn markdown(cfg: &Config, run: &Run, prov: &Provenance) -> String {
         run.elapsed.as_secs_f64(),
         match (cfg.quick, cfg.calm_us > 0.0) {
             (true, _) => "AGENTWAL_BENCH_QUICK=1 ".to_string(),
-            (false, true) => format!("AGENTWAL_BENCH_CALM_US={} ", cfg.calm_us),
-            (false, false) => String::new(),
+            (false, calm) => format!(
+                "{}{}",
+                if calm {
+                    format!("AGENTWAL_BENCH_CALM_US={} ", cfg.calm_us)
+                } else {
+                    String::new()
+                },
+                if cfg.rounds == FULL_ROUNDS_DEFAULT {
+                    String::new()
+                } else {
+                    format!("AGENTWAL_BENCH_ROUNDS={} ", cfg.rounds)
+                }
+            ),
         }
     );
     let _ = writeln!(
