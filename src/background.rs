@@ -107,7 +107,13 @@ mod tests {
             ControlFlow::Break(())
         })
         .expect("spawn");
-        std::thread::sleep(Duration::from_millis(20));
-        assert!(thread.thread.as_ref().is_some_and(|t| t.is_finished()));
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while !thread.thread.as_ref().is_some_and(|t| t.is_finished()) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "still running after 10 s"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
     }
 }

@@ -778,6 +778,58 @@ fn salvage_skips_a_corrupt_middle_record_and_reports_the_range() {
     assert_eq!(seen[19].payload, b"after salvage");
 }
 
+/// A writer that salvages past a bad last record appends over it: whatever is left of the
+/// skipped bytes past its new data must be zeroed, or the next open finds them after the
+/// new records (a torn tail in the default mode, an error in `Strict`). Here the skipped
+/// record is a seal that claims durable predecessors but names the wrong segment, which
+/// no mode accepts.
+#[test]
+fn salvage_zeroes_the_skipped_tail_it_appends_over() {
+    let built = build_sequential(
+        "always, sequential",
+        sweep_options(SyncMode::Always),
+        20,
+        None,
+    );
+    // On the disk, not in /dev/shm: tmpfs keeps no extent map, so there the writer zeroes
+    // ahead of the data anyway and would hide what this test looks for.
+    let work = tempfile::tempdir().expect("temporary directory");
+    let dir = work.path();
+    let path = dir.join(segment_file_name(1));
+    let mut bytes = built.bytes.clone();
+    let last = &built.records[19];
+    let wrong_next = 5u64.to_le_bytes();
+    let header = record::RecordHeader {
+        payload_len: wrong_next.len() as u32,
+        lsn: last.lsn,
+        kind: KIND_SEAL,
+        flags: FLAG_BATCH_START | FLAG_BATCH_END | FLAG_DURABLE_BEFORE,
+    };
+    let mut seal = Vec::new();
+    record::encode_into(
+        &mut seal,
+        &header,
+        record::payload_crc(&wrong_next),
+        &wrong_next,
+    );
+    // The rest of the old last record stays behind the seal.
+    bytes[last.offset as usize..][..seal.len()].copy_from_slice(&seal);
+    std::fs::write(&path, &bytes).unwrap();
+
+    let salvage = with_mode(sweep_options(SyncMode::Always), RecoveryMode::Salvage);
+    let (log, seen) = open_collect(dir, salvage).unwrap();
+    assert_eq!(seen, &built.records[..19]);
+    assert_eq!(log.recovery().skipped.len(), 1, "{:?}", log.recovery());
+    let a = log.append(1, b"short").unwrap();
+    assert_eq!(a.pos.offset, last.offset, "appends over the skipped record");
+    drop(log);
+    let strict = with_mode(sweep_options(SyncMode::Always), RecoveryMode::Strict);
+    let (log, seen) = open_collect(dir, strict).expect("nothing left past the new record");
+    assert_eq!(seen.len(), 20);
+    assert_eq!(seen[19].payload, b"short");
+    assert_eq!(log.recovery().torn_bytes, 0);
+}
+
 const SMALL_SEGMENT_BYTES: u64 = 4096;
 
 /// A log spread over several 4 KiB segments, written under `SyncMode::Always`.

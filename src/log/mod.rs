@@ -175,6 +175,20 @@ struct Inner {
     _lock: Option<DirLock>,
 }
 
+impl Drop for Inner {
+    /// In `Periodic` mode the last handle's drop makes what is written durable (its
+    /// flusher has stopped by now), so records appended just before a clean shutdown do not
+    /// wait for the OS to write them back. `Never` leaves that to the caller's `flush`.
+    fn drop(&mut self) {
+        if let (Some(writer), SyncMode::Periodic(_)) = (&self.writer, self.options.sync)
+            && let Err(e) = writer.flush()
+        {
+            tracing::warn!(dir = %self.dir.display(), error = %e,
+                "could not flush the log on close");
+        }
+    }
+}
+
 /// How many times a read-only open re-reads when it sees damage that a concurrent
 /// writer's half-finished write can cause.
 const READ_ONLY_SCAN_ATTEMPTS: usize = 5;

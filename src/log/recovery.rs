@@ -293,6 +293,11 @@ fn scan_segment(
                             bytes: torn_bytes,
                             reason,
                         });
+                        if is_last {
+                            // A writer appends from `start`, over these bytes: it zeroes
+                            // them first, as a torn tail, so none is left past new data.
+                            state.dirty_end = start as u64 + torn_bytes;
+                        }
                     }
                     break;
                 }

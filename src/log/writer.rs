@@ -225,6 +225,8 @@ impl Writer {
     /// extent conversion) in their fsync.
     pub fn prepare(&self) -> Result<()> {
         let mut io = self.io.lock();
+        // Nothing to sync otherwise: the open fdatasynced the segment before it trusted
+        // the recovered bytes (`writer_start`), and a torn-tail repair synced its zeros.
         if io.zero_ahead(self)? > 0 {
             io.sync(self)?;
         }
