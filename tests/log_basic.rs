@@ -10,6 +10,14 @@ fn small() -> LogOptions {
     }
 }
 
+/// Default options with `SyncMode::Periodic(interval)`.
+fn periodic(interval: std::time::Duration) -> LogOptions {
+    LogOptions {
+        sync: SyncMode::Periodic(interval),
+        ..LogOptions::default()
+    }
+}
+
 fn collect(dir: &std::path::Path, opts: LogOptions) -> (Log, Vec<(u64, u8, Vec<u8>)>) {
     let mut out = Vec::new();
     let log = Log::open_with(dir, opts, |r| {
@@ -310,10 +318,7 @@ fn reopen_does_not_zero_again() {
 #[test]
 fn periodic_log_releases_its_lock_on_drop() {
     let dir = tempfile::tempdir().unwrap();
-    let opts = LogOptions {
-        sync: SyncMode::Periodic(std::time::Duration::from_millis(1)),
-        ..LogOptions::default()
-    };
+    let opts = periodic(std::time::Duration::from_millis(1));
     for round in 0..300u32 {
         let log = Log::open(dir.path(), opts).unwrap_or_else(|e| panic!("round {round}: {e}"));
         // Appends over 1 to 3 ms, so the flusher's syncs fall at every phase of the drop.
@@ -329,10 +334,7 @@ fn periodic_log_releases_its_lock_on_drop() {
 #[test]
 fn periodic_flusher_syncs_without_being_asked() {
     let dir = tempfile::tempdir().unwrap();
-    let opts = LogOptions {
-        sync: SyncMode::Periodic(std::time::Duration::from_millis(5)),
-        ..LogOptions::default()
-    };
+    let opts = periodic(std::time::Duration::from_millis(5));
     let log = Log::open(dir.path(), opts).unwrap();
     let before = log.stats().fsyncs;
     log.append(1, b"flushed by the flusher").unwrap();
@@ -350,10 +352,7 @@ fn periodic_flusher_syncs_without_being_asked() {
 fn periodic_log_flushes_when_dropped() {
     use agentwal::storage::sim::SimStorage;
     let sim = SimStorage::new();
-    let opts = LogOptions {
-        sync: SyncMode::Periodic(std::time::Duration::from_secs(3600)),
-        ..LogOptions::default()
-    };
+    let opts = periodic(std::time::Duration::from_secs(3600));
     let log = Log::open_on(std::sync::Arc::new(sim.clone()), "/log", opts, |_| Ok(())).unwrap();
     for i in 0..10u8 {
         log.append(1, &[i; 100]).unwrap();
