@@ -47,6 +47,18 @@ pub enum Error {
     #[error("this handle is read-only; open the store with `open` (not `open_read_only`) to write")]
     ReadOnly,
 
+    /// A read-only handle could not get (or no longer has) a consistent view: the store
+    /// kept changing under every attempt to scan it (a writer compacting hard, say), or a
+    /// read asked for a segment the handle never scanned.
+    #[error(
+        "store {} changed while this read-only handle was reading it; open it read-only again",
+        dir.display()
+    )]
+    StoreChanged {
+        /// The store directory.
+        dir: PathBuf,
+    },
+
     /// The directory exists but holds files that are not an agentwal store.
     #[error("{} is not an agentwal store (it holds no segment files)", dir.display())]
     NotAStore {

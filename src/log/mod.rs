@@ -42,7 +42,7 @@ pub use recovery::{LogRecovery, SkippedRange};
 
 use self::format::*;
 use self::lock::DirLock;
-use self::recovery::{Scan, SegmentState};
+use self::recovery::{Scan, SegmentPin, SegmentState};
 use self::segment::{create_segment, segment_path, sync_dir};
 use self::writer::{Writer, WriterStart};
 use crate::background::Periodic;
@@ -171,7 +171,12 @@ struct Inner {
     writer: Option<Writer>,
     recovery: LogRecovery,
     options: LogOptions,
+    /// A writer's maps of segment files, made on first read and dropped when compaction
+    /// replaces the files (it holds the store's relocation lock meanwhile).
     maps: RwLock<HashMap<u64, FileView>>,
+    /// A read-only handle's view: the bytes of every segment its scan read, pinned for
+    /// its lifetime; reads never look a segment up by name again (DESIGN.md §5.4).
+    pins: Option<HashMap<u64, SegmentPin>>,
     _lock: Option<DirLock>,
 }
 
@@ -189,9 +194,12 @@ impl Drop for Inner {
     }
 }
 
-/// How many times a read-only open re-reads when it sees damage that a concurrent
-/// writer's half-finished write can cause.
-const READ_ONLY_SCAN_ATTEMPTS: usize = 5;
+/// How many times a read-only open scans at most while what it sees keeps changing.
+const READ_ONLY_SCAN_ATTEMPTS: usize = 10;
+/// Pause after the first failed read-only scan; it doubles after each further one.
+const READ_ONLY_RETRY_FIRST_MS: u64 = 10;
+/// Longest pause between two read-only scans.
+const READ_ONLY_RETRY_MAX_MS: u64 = 160;
 
 impl Log {
     /// Opens (or creates) the log in `dir` for writing, discarding the recovered records.
@@ -238,6 +246,7 @@ impl Log {
             recovery: scan.report,
             options,
             maps: RwLock::new(HashMap::new()),
+            pins: None,
             _lock: Some(lock),
         });
         let flusher = match options.sync {
@@ -251,8 +260,10 @@ impl Log {
     }
 
     /// Opens the log read-only: takes no lock, modifies nothing, ignores an unfinished tail.
-    /// Works while a writer (in this or another process) appends; sees what was complete
-    /// when it opened.
+    /// Works while a writer (in this or another process) appends, rotates and compacts:
+    /// the handle serves the records that were complete when it opened, from the bytes its
+    /// scan read, for as long as it lives (DESIGN.md §5.4). [`Error::StoreChanged`] if the
+    /// store kept changing under every attempt to scan it: open again.
     pub fn open_read_only(
         dir: impl AsRef<Path>,
         options: LogOptions,
@@ -281,6 +292,7 @@ impl Log {
                 recovery: scan.report,
                 options,
                 maps: RwLock::new(HashMap::new()),
+                pins: Some(scan.pins.into_iter().collect()),
                 _lock: None,
             }),
         })
@@ -310,40 +322,37 @@ impl Log {
     }
 
     /// Reads the record at `pos` and hands it to `f` without copying the payload when the
-    /// segment is sealed (memory-mapped).
+    /// segment is memory-mapped.
     pub fn read_with<T>(
         &self,
         pos: RecordPos,
         f: impl FnOnce(RecordRef<'_>) -> Result<T>,
     ) -> Result<T> {
         let path = segment_path(&self.inner.dir, pos.segment_id);
+        if let Some(pins) = &self.inner.pins {
+            return match pins.get(&pos.segment_id) {
+                Some(SegmentPin::Bytes(bytes)) => f(decode_in(bytes, pos, &path)?),
+                Some(SegmentPin::File(file)) => read_from_file(&**file, pos, &path, f),
+                // Not a segment this handle scanned: the position came from elsewhere.
+                None => Err(Error::StoreChanged {
+                    dir: self.inner.dir.clone(),
+                }),
+            };
+        }
         if let Some(view) = self.view(pos, &path)? {
-            let bytes = view.get(pos.offset as usize..).unwrap_or(&[]);
-            return f(decode_at(bytes, pos, &path)?);
+            return f(decode_in(&view, pos, &path)?);
         }
         let file = self
             .inner
             .storage
             .open(&path, false)
             .map_err(|e| Error::io(format!("opening {}", path.display()), e))?;
-        let mut head = [0u8; RECORD_HEADER_BYTES];
-        read_exact_at(&*file, &mut head, pos.offset, &path)?;
-        let header = record::parse_header(&head).map_err(|e| decode_error(e, pos, &path))?;
-        if header.record_bytes() > SEGMENT_BYTES_MAX {
-            return Err(decode_error(
-                record::DecodeError::Invalid(CorruptionReason::BadLength {
-                    length: u64::from(header.payload_len),
-                }),
-                pos,
-                &path,
-            ));
-        }
-        let mut buf = vec![0u8; header.record_bytes() as usize];
-        read_exact_at(&*file, &mut buf, pos.offset, &path)?;
-        f(decode_at(&buf, pos, &path)?)
+        read_from_file(&*file, pos, &path, f)
     }
 
-    /// Re-reads every complete record from disk, in LSN order.
+    /// Re-reads every complete record from disk, in LSN order. The positions it hands out
+    /// are those of this new scan: on a read-only handle, [`read`](Self::read) serves only
+    /// the positions its own open found.
     pub fn replay(&self, mut visit: impl FnMut(RecordRef<'_>) -> Result<()>) -> Result<()> {
         let inner = &self.inner;
         scan_read_only(
@@ -410,11 +419,10 @@ impl Log {
         self.inner.maps.write().retain(|id, _| *id > through_id);
     }
 
-    /// A cached whole-file view (a memory map) of a sealed segment, where the storage
-    /// offers one.
-    /// A map of the segment that holds the whole record at `pos`, if the storage can map.
-    /// The active segment is mapped too: bytes below its write position never change, and
-    /// a map made before the file grew is made again when a record lies past its end.
+    /// A map of the segment that holds the whole record at `pos`, if the storage can map
+    /// (writers only; a read-only handle reads its pins). The active segment is mapped
+    /// too: bytes below its write position never change, and a map made before the file
+    /// grew is made again when a record lies past its end.
     fn view(&self, pos: RecordPos, path: &Path) -> Result<Option<FileView>> {
         let cached = self.inner.maps.read().get(&pos.segment_id).cloned();
         if let Some(view) = cached
@@ -448,6 +456,39 @@ fn holds_record(view: &FileView, offset: u64) -> bool {
         return false;
     };
     offset.saturating_add(header.record_bytes()) <= view.len() as u64
+}
+
+/// Decodes the record at `pos` inside the whole segment `segment`.
+fn decode_in<'a>(segment: &'a [u8], pos: RecordPos, path: &Path) -> Result<RecordRef<'a>> {
+    let bytes = usize::try_from(pos.offset)
+        .ok()
+        .and_then(|at| segment.get(at..))
+        .unwrap_or(&[]);
+    decode_at(bytes, pos, path)
+}
+
+/// Reads the record at `pos` from an open segment file: its header, then all of it.
+fn read_from_file<T>(
+    file: &dyn StorageFile,
+    pos: RecordPos,
+    path: &Path,
+    f: impl FnOnce(RecordRef<'_>) -> Result<T>,
+) -> Result<T> {
+    let mut head = [0u8; RECORD_HEADER_BYTES];
+    read_exact_at(file, &mut head, pos.offset, path)?;
+    let header = record::parse_header(&head).map_err(|e| decode_error(e, pos, path))?;
+    if header.record_bytes() > SEGMENT_BYTES_MAX {
+        return Err(decode_error(
+            record::DecodeError::Invalid(CorruptionReason::BadLength {
+                length: u64::from(header.payload_len),
+            }),
+            pos,
+            path,
+        ));
+    }
+    let mut buf = vec![0u8; header.record_bytes() as usize];
+    read_exact_at(file, &mut buf, pos.offset, path)?;
+    f(decode_at(&buf, pos, path)?)
 }
 
 fn decode_at<'a>(bytes: &'a [u8], pos: RecordPos, path: &Path) -> Result<RecordRef<'a>> {
@@ -594,30 +635,18 @@ fn scan_read_only(
         ));
     }
     check_is_store(fs, dir, false)?;
-    let mut attempt = 0;
-    loop {
-        // A concurrent writer's half-written batch followed (in a later read) by its next
-        // batch looks like corruption; real corruption persists across re-reads. Records
-        // are buffered per attempt so the visitor sees each exactly once.
+    let mut previous: Option<String> = None;
+    let mut pause_ms = READ_ONLY_RETRY_FIRST_MS;
+    for _ in 0..READ_ONLY_SCAN_ATTEMPTS {
+        // Records are buffered per attempt so the visitor sees each exactly once, from
+        // the attempt that succeeded.
         let mut records: Vec<(RecordPos, u64, u8, Vec<u8>)> = Vec::new();
-        // No lock: a writer (in this process or another) may append meanwhile.
+        // No lock: a writer (in this process or another) may append and compact meanwhile.
         let result = recovery::scan(fs, dir, mode, false, &mut |r| {
             records.push((r.pos(), r.lsn, r.kind, r.payload.to_vec()));
             Ok(())
         });
-        attempt += 1;
         match result {
-            // A concurrent compaction can also delete a segment between listing and reading.
-            Err(Error::Corruption { .. }) if attempt < READ_ONLY_SCAN_ATTEMPTS => {
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            Err(Error::Io { source, .. })
-                if source.kind() == std::io::ErrorKind::NotFound
-                    && attempt < READ_ONLY_SCAN_ATTEMPTS =>
-            {
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            Err(e) => return Err(e),
             Ok(scan) => {
                 for (pos, lsn, kind, payload) in &records {
                     visit(RecordRef {
@@ -630,7 +659,32 @@ fn scan_read_only(
                 }
                 return Ok(scan);
             }
+            Err(e) if may_be_concurrent_change(&e) => {
+                // A writer's half-written batch, or a segment compaction replaced or
+                // deleted between listing and reading, looks like damage once; the race
+                // moves on as the writer does. Damage on disk reads the same every time.
+                let seen = e.to_string();
+                if previous.as_deref() == Some(seen.as_str()) {
+                    return Err(e);
+                }
+                previous = Some(seen);
+                std::thread::sleep(Duration::from_millis(pause_ms));
+                pause_ms = (pause_ms * 2).min(READ_ONLY_RETRY_MAX_MS);
+            }
+            Err(e) => return Err(e),
         }
+    }
+    Err(Error::StoreChanged {
+        dir: dir.to_path_buf(),
+    })
+}
+
+/// Whether a failed read-only scan may only have raced a writer (DESIGN.md §5.4).
+fn may_be_concurrent_change(e: &Error) -> bool {
+    match e {
+        Error::Corruption { .. } => true,
+        Error::Io { source, .. } => source.kind() == std::io::ErrorKind::NotFound,
+        _ => false,
     }
 }
 

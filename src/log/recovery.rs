@@ -14,7 +14,7 @@ use super::record::{self, DecodeError, RecordHeader};
 use super::segment::{SegmentHeader, list_segments};
 use super::{RecordRef, RecoveryMode};
 use crate::error::{CorruptionReason, Error, Result};
-use crate::storage::{FileView, Storage};
+use crate::storage::{FileView, Storage, StorageFile};
 
 /// What recovery found, for reports and for the writer.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -59,9 +59,27 @@ pub(crate) struct SegmentState {
     pub file_bytes: u64,
 }
 
+/// What keeps the bytes a read-only scan read readable for the handle's lifetime, however
+/// a writer renames or deletes the file afterwards (DESIGN.md §5.4).
+#[derive(Clone)]
+pub(crate) enum SegmentPin {
+    /// The bytes themselves: a memory map of the file as scanned, or a copy of them.
+    Bytes(FileView),
+    /// The open file the scan read: the writer may still append past what was scanned,
+    /// but never changes a byte below it.
+    File(std::sync::Arc<dyn StorageFile>),
+}
+
+/// A sealed segment at most this large is pinned as a copy rather than a memory map, so a
+/// store of many small segments does not run into the kernel's limit on maps per process
+/// (`vm.max_map_count`, 65,530 by default). Memory held is then at most the store's size.
+pub(crate) const PIN_COPY_BYTES_MAX: usize = 1 << 20;
+
 /// Everything `open` learns from the scan.
 pub(crate) struct Scan {
     pub segments: Vec<SegmentState>,
+    /// Read-only scans only: per scanned segment id, the bytes its records were read from.
+    pub pins: Vec<(u64, SegmentPin)>,
     /// Segments superseded by a compacted segment (left over by a crash); skipped.
     pub superseded: Vec<PathBuf>,
     pub next_lsn: u64,
@@ -84,6 +102,7 @@ pub(crate) fn scan(
     let mut out = Scan {
         superseded,
         segments: Vec::with_capacity(files.len()),
+        pins: Vec::new(),
         next_lsn: 1,
         report: LogRecovery::default(),
     };
@@ -99,12 +118,13 @@ pub(crate) fn scan(
             true => None,
             false => view_whole(storage, path)?,
         };
-        let buf: &[u8] = match &view {
-            Some(view) => view,
-            None => {
-                read_whole(storage, path, &mut read_buf)?;
-                &read_buf
-            }
+        let source = match view {
+            Some(view) => Source::Mapped(view),
+            None => Source::Read(read_whole(storage, path, &mut read_buf)?),
+        };
+        let buf: &[u8] = match &source {
+            Source::Mapped(view) => view,
+            Source::Read(_) => &read_buf,
         };
         let header = SegmentHeader::decode(buf, path)?;
         if header.is_compacted() && index > 0 {
@@ -128,6 +148,11 @@ pub(crate) fn scan(
             _ => out.next_lsn.max(state.1),
         };
         expected = state.0.sealed.then_some((state.0.id + 1, state.1));
+        if !locked {
+            // Exactly the bytes just scanned: reads through this handle find the records
+            // it indexed, never what a later compaction put under the same name.
+            out.pins.push((*id, source.pin()));
+        }
         out.report.segments += 1;
         out.segments.push(state.0);
     }
@@ -159,12 +184,38 @@ fn newest_compacted(storage: &dyn Storage, files: &[(u64, PathBuf)]) -> Result<u
     Ok(0)
 }
 
-fn read_whole(storage: &dyn Storage, path: &Path, buf: &mut Vec<u8>) -> Result<()> {
+/// Reads the whole segment into `buf`; returns the open file.
+fn read_whole(
+    storage: &dyn Storage,
+    path: &Path,
+    buf: &mut Vec<u8>,
+) -> Result<Box<dyn StorageFile>> {
     storage
         .open(path, false)
-        .and_then(|f| f.read_all_into(buf))
-        .map_err(|e| Error::io(format!("reading segment {}", path.display()), e))?;
-    Ok(())
+        .and_then(|f| f.read_all_into(buf).map(|()| f))
+        .map_err(|e| Error::io(format!("reading segment {}", path.display()), e))
+}
+
+/// Where the scan read a segment's bytes from.
+enum Source {
+    /// A memory map of the whole file.
+    Mapped(FileView),
+    /// Copied into the scan's buffer from this open file.
+    Read(Box<dyn StorageFile>),
+}
+
+impl Source {
+    /// What keeps the scanned bytes readable: the map (copied when small, see
+    /// [`PIN_COPY_BYTES_MAX`]), or the file they were read from.
+    fn pin(self) -> SegmentPin {
+        match self {
+            Source::Mapped(view) if view.len() <= PIN_COPY_BYTES_MAX => {
+                SegmentPin::Bytes(std::sync::Arc::new(view.to_vec()))
+            }
+            Source::Mapped(view) => SegmentPin::Bytes(view),
+            Source::Read(file) => SegmentPin::File(std::sync::Arc::from(file)),
+        }
+    }
 }
 
 /// A memory map of a segment no one writes any more, where the storage offers one.

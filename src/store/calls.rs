@@ -53,9 +53,8 @@ impl<S: State> Store<S> {
                 "call {call_id:?} of task {task:?} already finished; read it with call_result"
             )));
         }
-        let same = self.read_call(call.begin, |d| match d {
-            Decoded::CallBegin(b) => Ok(b.tool == tool && b.args == args),
-            _ => Ok(false),
+        let same = self.read_begin(task, call_id, call.begin, |b| {
+            b.tool == tool && b.args == args
         })?;
         if same {
             Ok(())
@@ -87,7 +86,9 @@ impl<S: State> Store<S> {
                         "call {call_id:?} of task {task:?} was never begun; call begin_call first"
                     )));
                 };
-                call.finish.map(|done| self.read_result(done)).transpose()?
+                call.finish
+                    .map(|done| self.read_result(task, call_id, done))
+                    .transpose()?
             };
             if let Some(previous) = finished {
                 return match previous == result {
@@ -116,7 +117,9 @@ impl<S: State> Store<S> {
         };
         let _reading = self.inner.relocation.read();
         let finish = slot.data.read().calls.get(call_id).and_then(|c| c.finish);
-        finish.map(|pos| self.read_result(pos)).transpose()
+        finish
+            .map(|pos| self.read_result(task, call_id, pos))
+            .transpose()
     }
 
     /// Calls of the task that began and never finished, in the order they began.
@@ -126,49 +129,77 @@ impl<S: State> Store<S> {
             return Ok(Vec::new());
         };
         let _reading = self.inner.relocation.read();
-        let mut begins: Vec<RecordPos> = slot
+        let mut begins: Vec<(RecordPos, Box<str>)> = slot
             .data
             .read()
             .calls
-            .values()
-            .filter(|c| c.finish.is_none())
-            .map(|c| c.begin)
+            .iter()
+            .filter(|(_, c)| c.finish.is_none())
+            .map(|(id, c)| (c.begin, id.into()))
             .collect();
         begins.sort_unstable();
         begins
             .into_iter()
-            .map(|pos| {
-                self.read_call(pos, |d| match d {
-                    Decoded::CallBegin(b) => Ok(PendingCall {
-                        call_id: b.call_id.to_string(),
-                        tool: b.tool.to_string(),
-                        args: b.args.to_vec(),
-                    }),
-                    _ => Err(Error::InvalidArgument(
-                        "index points at a non-call record".into(),
-                    )),
+            .map(|(pos, call_id)| {
+                self.read_begin(task, &call_id, pos, |b| PendingCall {
+                    call_id: b.call_id.to_string(),
+                    tool: b.tool.to_string(),
+                    args: b.args.to_vec(),
                 })
             })
             .collect()
     }
 
-    pub(super) fn read_result(&self, pos: RecordPos) -> Result<Vec<u8>> {
-        self.read_call(pos, |d| match d {
-            Decoded::CallFinish(f) => Ok(f.result.to_vec()),
-            _ => Err(Error::InvalidArgument(
-                "index points at a non-result record".into(),
-            )),
+    /// The result in the finish record of `call_id` of `task`, indexed at `pos`.
+    pub(super) fn read_result(&self, task: &str, call_id: &str, pos: RecordPos) -> Result<Vec<u8>> {
+        self.read_call(task, call_id, pos, |d| match d {
+            Decoded::CallFinish(f) => Some(f.result.to_vec()),
+            _ => None,
         })
     }
 
-    pub(super) fn read_call<T>(
+    /// Hands the begin record of `call_id` of `task`, indexed at `pos`, to `f`.
+    pub(super) fn read_begin<T>(
         &self,
+        task: &str,
+        call_id: &str,
         pos: RecordPos,
-        f: impl FnOnce(Decoded<'_>) -> Result<T>,
+        f: impl FnOnce(&CallBeginRec<'_>) -> T,
+    ) -> Result<T> {
+        self.read_call(task, call_id, pos, |d| match d {
+            Decoded::CallBegin(b) => Some(f(&b)),
+            _ => None,
+        })
+    }
+
+    /// Reads the record indexed at `pos` as a record of `call_id` of `task`; `f` picks
+    /// what it needs, or `None` when the record is of the other kind. A record of another
+    /// call, or of the wrong kind, is an error, never an answer.
+    fn read_call<T>(
+        &self,
+        task: &str,
+        call_id: &str,
+        pos: RecordPos,
+        f: impl FnOnce(Decoded<'_>) -> Option<T>,
     ) -> Result<T> {
         let dir = self.inner.log.dir();
-        self.inner
-            .log
-            .read_with(pos, |rec| f(codec::decode(dir, &rec)?))
+        self.inner.log.read_with(pos, |rec| {
+            let decoded = codec::decode(dir, &rec)?;
+            let found = match &decoded {
+                Decoded::CallBegin(b) => Some((b.task, b.call_id)),
+                Decoded::CallFinish(f) => Some((f.task, f.call_id)),
+                _ => None,
+            };
+            if found != Some((task, call_id)) {
+                let why = format!(
+                    "index of call {call_id:?} of task {task:?} points at another record ({found:?})"
+                );
+                return Err(codec::decode_error(dir, &rec, why));
+            }
+            f(decoded).ok_or_else(|| {
+                let why = format!("index of call {call_id:?} of task {task:?} points at the wrong kind of record");
+                codec::decode_error(dir, &rec, why)
+            })
+        })
     }
 }

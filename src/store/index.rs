@@ -255,6 +255,12 @@ impl Calls {
         self.0.get_or_insert_default().insert(call_id, entry)
     }
 
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &CallEntry)> {
+        self.0
+            .iter()
+            .flat_map(|m| m.iter().map(|(id, c)| (&**id, c)))
+    }
+
     pub fn values(&self) -> impl Iterator<Item = &CallEntry> {
         self.0.iter().flat_map(|m| m.values())
     }

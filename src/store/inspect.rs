@@ -2,8 +2,9 @@
 //! descriptions for dumps, and a full decode check.
 
 use super::codec::{self, Body, Decoded};
+use super::index::CallEntry;
 use super::{Store, TASK_ID_BYTES_MAX, validate_id};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::log::RecordRef;
 use crate::state::State;
 
@@ -139,24 +140,24 @@ impl<S: State> Store<S> {
             return Ok(Vec::new());
         };
         let _reading = self.inner.relocation.read();
-        let mut entries: Vec<_> = slot.data.read().calls.values().copied().collect();
-        entries.sort_unstable_by_key(|c| c.begin);
+        let mut entries: Vec<(Box<str>, CallEntry)> = (slot.data.read().calls.iter())
+            .map(|(id, c)| (id.into(), *c))
+            .collect();
+        entries.sort_unstable_by_key(|(_, c)| c.begin);
         entries
             .into_iter()
-            .map(|c| {
-                let mut info = self.read_call(c.begin, |d| match d {
-                    Decoded::CallBegin(b) => Ok(CallInfo {
-                        call_id: b.call_id.to_string(),
-                        tool: b.tool.to_string(),
-                        args: b.args.to_vec(),
-                        begun_at_ms: b.created_at_ms,
-                        result: None,
-                    }),
-                    _ => Err(Error::InvalidArgument(
-                        "index points at a non-call record".into(),
-                    )),
+            .map(|(id, c)| {
+                let mut info = self.read_begin(task, &id, c.begin, |b| CallInfo {
+                    call_id: b.call_id.to_string(),
+                    tool: b.tool.to_string(),
+                    args: b.args.to_vec(),
+                    begun_at_ms: b.created_at_ms,
+                    result: None,
                 })?;
-                info.result = c.finish.map(|pos| self.read_result(pos)).transpose()?;
+                info.result = c
+                    .finish
+                    .map(|pos| self.read_result(task, &id, pos))
+                    .transpose()?;
                 Ok(info)
             })
             .collect()
@@ -179,16 +180,21 @@ impl<S: State> Store<S> {
                     continue;
                 }
                 (
-                    d.checkpoints.iter().collect::<Vec<_>>(),
-                    d.calls.values().copied().collect::<Vec<_>>(),
+                    (d.first_seq..)
+                        .zip(d.checkpoints.iter())
+                        .collect::<Vec<_>>(),
+                    (d.calls.iter())
+                        .map(|(id, c)| (Box::<str>::from(id), *c))
+                        .collect::<Vec<_>>(),
                 )
             };
-            for cp in &checkpoints {
-                self.read_body(&task, cp.pos)?;
+            for (seq, cp) in &checkpoints {
+                self.read_body(&task, *seq, cp.pos)?;
             }
-            for call in &calls {
-                for pos in std::iter::once(call.begin).chain(call.finish) {
-                    self.read_call(pos, |_| Ok(()))?;
+            for (id, call) in &calls {
+                self.read_begin(&task, id, call.begin, |_| ())?;
+                if let Some(pos) = call.finish {
+                    self.read_result(&task, id, pos)?;
                 }
             }
             report.tasks += 1;

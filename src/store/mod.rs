@@ -290,7 +290,7 @@ impl<S: State> Store<S> {
             let _reading = self.inner.relocation.read();
             let plan = slot.data.read().fold_plan(latest);
             if let Some(plan) = plan {
-                state = Some(Arc::new(self.fold(task, &plan)?));
+                state = Some(Arc::new(self.fold(task, latest, &plan)?));
             }
         }
         if let Some(state) = state.as_mut() {
@@ -468,18 +468,24 @@ impl<S: State> Store<S> {
             data.fold_plan(seq)
         };
         let Some(plan) = plan else { return Ok(None) };
-        let state = Arc::new(self.fold(task, &plan)?);
+        let state = Arc::new(self.fold(task, seq, &plan)?);
         if seq == latest {
             self.cache_put(task, slot, seq, state.clone());
         }
         Ok(checkpoint(state))
     }
 
-    /// Rebuilds a state from a fold plan (a snapshot or the first delta, then deltas).
-    fn fold(&self, task: &str, plan: &[CpEntry]) -> Result<S> {
+    /// Rebuilds the state at `seq` from its fold plan (a snapshot or the first delta,
+    /// then deltas up to `seq`: consecutive seqs).
+    fn fold(&self, task: &str, seq: u64, plan: &[CpEntry]) -> Result<S> {
         let mut state = S::default();
-        for entry in plan {
-            match self.read_body(task, entry.pos)? {
+        let first = (seq + 1).checked_sub(plan.len() as u64);
+        assert!(
+            first.is_some_and(|f| f >= 1),
+            "fold plan longer than the task"
+        );
+        for (entry_seq, entry) in (first.unwrap_or(1)..).zip(plan) {
+            match self.read_body(task, entry_seq, entry.pos)? {
                 DecodedBody::Snapshot(s) => state = s,
                 DecodedBody::Delta(d) => state.apply(&d),
             }
@@ -487,17 +493,21 @@ impl<S: State> Store<S> {
         Ok(state)
     }
 
-    /// Reads and decodes the body of the checkpoint record at `pos`, migrating data
-    /// written under another schema version.
-    fn read_body(&self, task: &str, pos: RecordPos) -> Result<DecodedBody<S>> {
+    /// Reads and decodes the body of checkpoint `seq` of `task`, indexed at `pos`,
+    /// migrating data written under another schema version. A record at `pos` that is not
+    /// that checkpoint is an error, never a state.
+    fn read_body(&self, task: &str, seq: u64, pos: RecordPos) -> Result<DecodedBody<S>> {
         let dir = self.inner.log.dir();
         self.inner.log.read_with(pos, |rec| {
             let codec::Decoded::Checkpoint(c) = codec::decode(dir, &rec)? else {
                 let why = "index points at a non-checkpoint record".into();
                 return Err(codec::decode_error(dir, &rec, why));
             };
-            if c.task != task {
-                let why = format!("index of task {task:?} points at a record of {:?}", c.task);
+            if (c.task, c.seq) != (task, seq) {
+                let why = format!(
+                    "index of task {task:?} seq {seq} points at seq {} of {:?}",
+                    c.seq, c.task
+                );
                 return Err(codec::decode_error(dir, &rec, why));
             }
             let bad = |e: postcard::Error| codec::decode_error(dir, &rec, e.to_string());
