@@ -10,6 +10,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export AGENTWAL_CRASH_IMAGES="${AGENTWAL_CRASH_IMAGES:-1000000}"
 export AGENTWAL_KILL_ROUNDS="${AGENTWAL_KILL_ROUNDS:-1000}"
+export AGENTWAL_RO_STRESS_SECS="${AGENTWAL_RO_STRESS_SECS:-60}"
 fuzz_seconds="${FUZZ_SECONDS:-600}"
 
 echo "== crash sweep: $AGENTWAL_CRASH_IMAGES images"
@@ -19,5 +20,7 @@ cargo test --release --test kill9 -- --nocapture
 echo "== byte sweeps, large-batch crash sweep and injected I/O errors"
 cargo test --release --test log_faults --test store_byte_sweep --test crash_sweep_large_batches \
   --test io_errors -- --nocapture
+echo "== read-only handles beside a compacting writer: ${AGENTWAL_RO_STRESS_SECS}s per test"
+cargo test --release --test read_only_views -- --nocapture
 echo "== fuzzing: ${fuzz_seconds}s per target"
 bash scripts/fuzz.sh "$fuzz_seconds"
