@@ -259,6 +259,12 @@ impl Calls {
         self.0.iter().flat_map(|m| m.values())
     }
 
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &CallEntry)> {
+        self.0
+            .iter()
+            .flat_map(|m| m.iter().map(|(id, c)| (&**id, c)))
+    }
+
     pub fn values_mut(&mut self) -> impl Iterator<Item = &mut CallEntry> {
         self.0.iter_mut().flat_map(|m| m.values_mut())
     }
