@@ -148,6 +148,30 @@ pub enum Error {
         expected: u32,
     },
 
+    /// A checkpoint's body (the encoded state or delta it carries) does not decode as the
+    /// program's state type, though the record around it checks out (checksum, record
+    /// kind, task and seq). Not damage: the store was most likely written with another
+    /// `State` type, or another encoding of it under the same `State::VERSION`.
+    #[error(
+        "checkpoint {seq} of task {task:?} (segment {}, offset {offset}, schema version {schema_version}) \
+         does not decode as this program's state type: {reason}",
+        segment.display()
+    )]
+    BodyDecode {
+        /// The segment file.
+        segment: PathBuf,
+        /// Byte offset of the record.
+        offset: u64,
+        /// The task.
+        task: String,
+        /// The checkpoint's seq.
+        seq: u64,
+        /// The schema version stored with the body.
+        schema_version: u32,
+        /// The decoder's message.
+        reason: String,
+    },
+
     /// A record's checksum matched but its payload did not decode.
     #[error("record at segment {} offset {offset} does not decode: {reason}", segment.display())]
     Decode {

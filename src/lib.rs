@@ -18,10 +18,11 @@ pub use error::{CorruptionReason, Error, Result};
 pub use log::{RecoveryMode, SyncMode};
 pub use state::{AgentDelta, AgentState, Message, Role, State, ToolCall};
 pub use store::{
-    CACHE_BYTES_DEFAULT, CALL_ID_BYTES_MAX, COMPACTION_DEAD_BYTES_MIN, CallInfo, Checkpoint,
-    CheckpointInfo, CompactionReport, LostCheckpoints, Options, PendingCall, RecordSummary,
-    RecoveryReport, SNAPSHOT_DELTA_BYTES_FLOOR, SNAPSHOT_DELTA_RATIO, SNAPSHOT_EVERY_DEFAULT,
-    Stats, Store, TASK_ID_BYTES_MAX, TOOL_NAME_BYTES_MAX, TaskInfo, VerifyReport, describe_record,
+    BodyCheck, CACHE_BYTES_DEFAULT, CALL_ID_BYTES_MAX, COMPACTION_DEAD_BYTES_MIN, CallInfo,
+    Checkpoint, CheckpointInfo, CompactionReport, LostCheckpoints, Options, PendingCall,
+    RecordSummary, RecoveryReport, SNAPSHOT_DELTA_BYTES_FLOOR, SNAPSHOT_DELTA_RATIO,
+    SNAPSHOT_EVERY_DEFAULT, Stats, Store, TASK_ID_BYTES_MAX, TOOL_NAME_BYTES_MAX, TaskInfo,
+    UndecodedBodies, VerifyReport, describe_record,
 };
 pub use value::{NotJson, Value};
 

@@ -3,7 +3,8 @@
 use std::path::Path;
 use std::process::{Command, Output};
 
-use agentwal::{AgentDelta, Message, Options, Store};
+use agentwal::{AgentDelta, Message, Options, State, Store};
+use serde::{Deserialize, Serialize};
 use serde_json::Value as J;
 
 fn agentwal(args: &[&str]) -> Output {
@@ -259,4 +260,194 @@ fn demo_resumes_after_sigkill_with_side_effects_exactly_once() {
     assert_eq!(r["duplicate_side_effects"], 0);
     assert_eq!(r["exactly_once"], true);
     assert_eq!(r["emails_sent"], r["emails_expected"]);
+}
+
+/// A state that is not `AgentState`: its bodies do not decode as one (the CLI's type).
+#[derive(Debug, Default, Clone, PartialEq, Serialize, Deserialize)]
+struct Padded {
+    n: u64,
+    pad: Vec<u8>,
+}
+
+impl State for Padded {
+    type Delta = Padded;
+    fn apply(&mut self, delta: &Padded) {
+        *self = delta.clone();
+    }
+}
+
+/// Task "counter": 5 commits of `Padded` (snapshots and deltas) and one finished call.
+fn make_custom_store(dir: &Path) {
+    let store: Store<Padded> = Store::open_with(
+        dir,
+        Options {
+            snapshot_every: 2,
+            ..Options::default()
+        },
+    )
+    .unwrap();
+    for n in 1..=5 {
+        let state = Padded {
+            n,
+            pad: vec![0xee; 64],
+        };
+        store.commit("counter", &state).unwrap();
+    }
+    store.begin_call("counter", "c1", "fetch", b"url").unwrap();
+    store.finish_call("counter", "c1", b"200").unwrap();
+}
+
+#[test]
+fn read_commands_work_on_a_store_of_another_state_type() {
+    let dir = tempfile::tempdir().unwrap();
+    make_custom_store(dir.path());
+    let d = dir.path().to_str().unwrap();
+
+    let out = agentwal(&["verify", d]);
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert_eq!(out.status.code(), Some(0), "{text}{}", stderr(&out));
+    assert!(
+        text.contains("5 checkpoint bodies not decoded")
+            && text.contains("schema version 1")
+            && text.contains("AgentState")
+            && text.trim_end().ends_with("ok"),
+        "{text}"
+    );
+    let verify = json(&["verify", d]);
+    assert_eq!(verify["ok"], true);
+    assert_eq!(
+        (&verify["tasks"], &verify["checkpoints"], &verify["calls"]),
+        (&J::from(1), &J::from(5), &J::from(1))
+    );
+    assert_eq!(verify["bodies_decoded"], 0);
+    let skipped = verify["bodies_not_decoded"].as_array().unwrap();
+    assert_eq!(skipped.len(), 1, "{verify}");
+    assert_eq!(
+        (&skipped[0]["schema_version"], &skipped[0]["count"]),
+        (&J::from(1), &J::from(5))
+    );
+
+    let out = agentwal(&["show", d, "counter"]);
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert_eq!(out.status.code(), Some(0), "{text}{}", stderr(&out));
+    assert!(
+        text.contains("task counter @ seq 5")
+            && text.contains("not decoded")
+            && text.contains("AgentState"),
+        "{text}"
+    );
+    let show = json(&["show", d, "counter", "--seq", "3"]);
+    assert_eq!(
+        (&show["task"], &show["seq"]),
+        (&J::from("counter"), &J::from(3))
+    );
+    assert!(show["created_at_ms"].as_u64().unwrap() > 0);
+    assert!(show["bytes"].as_u64().unwrap() > 64);
+    assert_eq!(show["schema_version"], 1);
+    assert!(show["state"].is_null());
+    assert!(show["state_error"].as_str().unwrap().contains("AgentState"));
+
+    let tasks = json(&["tasks", d]);
+    assert_eq!(tasks["tasks"][0]["task"], "counter");
+    assert_eq!(tasks["tasks"][0]["latest_seq"], 5);
+    assert_eq!(tasks["tasks"][0]["calls"], 1);
+    let calls = json(&["calls", d, "counter"]);
+    assert_eq!(calls["calls"][0]["call_id"], "c1");
+    assert_eq!(calls["calls"][0]["result"], "200");
+    assert_eq!(
+        json(&["history", d, "counter"])["checkpoints"]
+            .as_array()
+            .unwrap()
+            .len(),
+        5
+    );
+    for args in [
+        vec!["tasks", d],
+        vec!["calls", d, "counter"],
+        vec!["history", d, "counter"],
+        vec!["stats", d],
+        vec!["dump", d],
+    ] {
+        let out = agentwal(&args);
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {}", stderr(&out));
+    }
+
+    // Compaction moves records without decoding them either.
+    let other = tempfile::tempdir().unwrap();
+    make_custom_store(other.path());
+    let o = other.path().to_str().unwrap();
+    assert!(json(&["compact", o])["segments_deleted"].is_u64());
+    assert_eq!(json(&["verify", o])["checkpoints"], 5);
+    assert_eq!(json(&["calls", o, "counter"])["calls"][0]["result"], "200");
+
+    // Not decoding the bodies does not mean not checking them: a flipped byte in one is
+    // still corruption.
+    let seg = dir.path().join(format!("{:020}.wal", 1));
+    let mut bytes = std::fs::read(&seg).unwrap();
+    let at = bytes.windows(8).position(|w| w == [0xee; 8]).unwrap();
+    bytes[at] ^= 0x01;
+    std::fs::write(&seg, &bytes).unwrap();
+    let out = agentwal(&["verify", d]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("corruption in segment"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn verify_exits_2_on_an_io_error() {
+    let dir = tempfile::tempdir().unwrap();
+    make_store(dir.path());
+    let d = dir.path().to_str().unwrap();
+    // A directory where a segment file should be: reading it fails with EISDIR, an I/O
+    // error (the tests run as root, so taking permissions away would not stop a read).
+    let seg = dir.path().join(format!("{:020}.wal", 1));
+    std::fs::remove_file(&seg).unwrap();
+    std::fs::create_dir(&seg).unwrap();
+    let out = agentwal(&["verify", d]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("I/O error"), "{}", stderr(&out));
+    let out = agentwal(&["verify", d, "--json"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+}
+
+/// `Padded` under a newer schema version than the CLI's `AgentState` (1).
+#[derive(Debug, Default, Clone, PartialEq, Serialize, Deserialize)]
+struct PaddedV2(Padded);
+
+impl State for PaddedV2 {
+    type Delta = PaddedV2;
+    const VERSION: u32 = 2;
+    fn apply(&mut self, delta: &PaddedV2) {
+        *self = delta.clone();
+    }
+}
+
+#[test]
+fn verify_and_show_do_not_call_another_schema_version_corruption() {
+    // AgentState refuses a body of schema version 2 with SchemaMismatch, an error that is
+    // not corruption: verify must not exit 1 on it.
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().to_str().unwrap();
+    let store: Store<PaddedV2> = Store::open(dir.path()).unwrap();
+    for n in 1..=3 {
+        let state = PaddedV2(Padded { n, pad: vec![1; 8] });
+        store.commit("v2", &state).unwrap();
+    }
+    drop(store);
+    let out = agentwal(&["verify", d]);
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert_eq!(out.status.code(), Some(0), "{text}{}", stderr(&out));
+    assert!(
+        text.contains("3 checkpoint bodies not decoded (schema version 2)"),
+        "{text}"
+    );
+    let show = json(&["show", d, "v2"]);
+    assert_eq!(
+        (&show["seq"], &show["schema_version"]),
+        (&J::from(3), &J::from(2))
+    );
+    assert!(show["state"].is_null());
 }

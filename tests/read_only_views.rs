@@ -171,7 +171,7 @@ fn read_only_opens_beside_a_compacting_writer_see_only_acknowledged_states() {
                         state.apply(&delta);
                         seq = writer.commit(&task, &delta).expect("commit");
                         record(&history, &task, seq, state.clone());
-                        if seq % 50 == 0 {
+                        if seq.is_multiple_of(50) {
                             writer.compact().expect("compact");
                         }
                     }
@@ -414,7 +414,7 @@ fn run_handles_against_model(seed: u64, deadline: &Instant) -> u64 {
                 });
             }
         }
-        if step % 10 == 0 {
+        if step.is_multiple_of(10) {
             for reader in &readers {
                 check_reader(reader, step);
                 checks += 1;

@@ -2,7 +2,7 @@
 
 use std::path::Path;
 
-use agentwal::{AgentDelta, AgentState, Error, Message, Options, State, Store, Value};
+use agentwal::{AgentDelta, AgentState, BodyCheck, Error, Message, Options, State, Store, Value};
 
 fn step(i: u64) -> AgentDelta {
     AgentDelta::default()
@@ -441,6 +441,73 @@ fn schema_version_mismatch_is_an_error_or_a_migration_never_garbage() {
     let store: Store<CounterV2Migrating> = Store::open(dir.path()).unwrap();
     let s = store.load_latest("t").unwrap().unwrap().state;
     assert_eq!((s.0.total, s.0.label.as_str()), (12, "migrated"));
+}
+
+#[test]
+fn verify_with_checks_records_without_knowing_the_state_type() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let store: Store<CounterV1> = Store::open(dir.path()).unwrap();
+        for d in [5, 7, 9] {
+            store.commit("t", &d).unwrap();
+        }
+        store.begin_call("t", "c1", "tool", b"a").unwrap();
+        store.finish_call("t", "c1", b"r").unwrap();
+    }
+    let own: Store<CounterV1> = Store::open_read_only(dir.path()).unwrap();
+    let report = own.verify().unwrap();
+    assert_eq!(
+        (
+            report.tasks,
+            report.checkpoints,
+            report.calls,
+            report.bodies_decoded
+        ),
+        (1, 3, 1, 3)
+    );
+    assert!(report.bodies_not_decoded.is_empty());
+
+    // i64 bodies do not decode as AgentDelta: not damage, another state type.
+    let other: Store<AgentState> = Store::open_read_only(dir.path()).unwrap();
+    assert!(matches!(
+        other.load_latest("t"),
+        Err(Error::BodyDecode {
+            seq: 1,
+            schema_version: 1,
+            ..
+        })
+    ));
+    assert!(matches!(
+        other.verify(),
+        Err(Error::BodyDecode { seq: 1, .. })
+    ));
+    for mode in [BodyCheck::Try, BodyCheck::Skip] {
+        let report = other.verify_with(mode).unwrap();
+        assert_eq!(
+            (
+                report.tasks,
+                report.checkpoints,
+                report.calls,
+                report.bodies_decoded
+            ),
+            (1, 3, 1, 0),
+            "{mode:?}"
+        );
+        let [undecoded] = &report.bodies_not_decoded[..] else {
+            panic!("{report:?}");
+        };
+        assert_eq!((undecoded.schema_version, undecoded.count), (1, 3));
+    }
+    // A newer schema without a migration: listed too, with why.
+    let newer: Store<CounterV2> = Store::open_read_only(dir.path()).unwrap();
+    let report = newer.verify_with(BodyCheck::Try).unwrap();
+    assert_eq!(report.bodies_not_decoded[0].count, 3);
+    assert!(
+        report.bodies_not_decoded[0]
+            .reason
+            .contains("schema version 1"),
+        "{report:?}"
+    );
 }
 
 #[test]

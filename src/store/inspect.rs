@@ -46,15 +46,66 @@ pub struct CallInfo {
     pub result: Option<Vec<u8>>,
 }
 
+/// What [`Store::verify_with`] does with checkpoint bodies (the encoded `S` or `S::Delta`
+/// each checkpoint record carries). Everything around a body is checked in every mode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum BodyCheck {
+    /// Decode every body as `S`; one that does not decode fails the verify. What
+    /// [`Store::verify`] does.
+    #[default]
+    Require,
+    /// Try to decode every body as `S`, and list the ones that do not decode in
+    /// [`VerifyReport::bodies_not_decoded`] instead of failing: for tools (the CLI) that do
+    /// not know the state type the store was written with.
+    Try,
+    /// Decode no body; all of them are listed as not decoded.
+    Skip,
+}
+
 /// What [`Store::verify`] checked.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct VerifyReport {
     /// Tasks checked.
     pub tasks: u64,
-    /// Checkpoint records decoded.
+    /// Checkpoint records checked (checksum, record kind, task, seq, snapshot or delta).
     pub checkpoints: u64,
-    /// Tool-call records decoded.
+    /// Tool calls checked (the checksum, task and call id of each call's records).
     pub calls: u64,
+    /// Checkpoint bodies that decoded as `S` (or `S::Delta`).
+    pub bodies_decoded: u64,
+    /// Checkpoint bodies that were not decoded, by schema version, ascending (empty under
+    /// [`BodyCheck::Require`], which fails instead).
+    pub bodies_not_decoded: Vec<UndecodedBodies>,
+}
+
+/// Checkpoint bodies of one schema version that [`Store::verify_with`] did not decode.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UndecodedBodies {
+    /// The schema version stored with them (`State::VERSION` of the program that wrote
+    /// them).
+    pub schema_version: u32,
+    /// How many.
+    pub count: u64,
+    /// Why the first of them was not decoded (the decoder's or migration's error).
+    pub reason: String,
+}
+
+impl VerifyReport {
+    fn not_decoded(&mut self, schema_version: u32, reason: impl FnOnce() -> String) {
+        let list = &mut self.bodies_not_decoded;
+        match list.binary_search_by_key(&schema_version, |u| u.schema_version) {
+            Ok(i) => list[i].count += 1,
+            Err(i) => list.insert(
+                i,
+                UndecodedBodies {
+                    schema_version,
+                    count: 1,
+                    reason: reason(),
+                },
+            ),
+        }
+    }
 }
 
 /// A human-oriented description of a raw store record (for `agentwal dump`).
@@ -166,35 +217,67 @@ impl<S: State> Store<S> {
     /// Reads and decodes every record the index points at (each checkpoint body as a
     /// snapshot or delta of `S`, each call record), so a damaged or undecodable record is
     /// found now rather than when an agent loads it. Recovery already checked every
-    /// checksum and every task's seq chain.
+    /// checksum and every task's seq chain. Same as
+    /// [`verify_with(BodyCheck::Require)`](Self::verify_with).
     pub fn verify(&self) -> Result<VerifyReport> {
+        self.verify_with(BodyCheck::Require)
+    }
+
+    /// Reads every record the index points at and checks that it is what the index says
+    /// (its checksum again, and its record kind, task, seq, snapshot or delta, call id),
+    /// then treats checkpoint bodies as `bodies` says. Without [`BodyCheck::Require`] this
+    /// needs nothing of `S`: a store written with any state type verifies.
+    pub fn verify_with(&self, bodies: BodyCheck) -> Result<VerifyReport> {
         let mut report = VerifyReport::default();
+        let dir = self.inner.log.dir();
         for task in self.tasks()? {
             let Some(slot) = self.inner.index.get(&task) else {
                 continue;
             };
             let _reading = self.inner.relocation.read();
-            let (checkpoints, calls) = {
+            let (first_seq, checkpoints, calls) = {
                 let d = slot.data.read();
                 if d.deleted {
                     continue;
                 }
                 (
-                    (d.first_seq..)
-                        .zip(d.checkpoints.iter())
-                        .collect::<Vec<_>>(),
-                    (d.calls.iter())
-                        .map(|(id, c)| (Box::<str>::from(id), *c))
+                    d.first_seq,
+                    d.checkpoints.iter().collect::<Vec<_>>(),
+                    d.calls
+                        .iter()
+                        .map(|(id, c)| (id.to_string(), *c))
                         .collect::<Vec<_>>(),
                 )
             };
-            for (seq, cp) in &checkpoints {
-                self.read_body(&task, *seq, cp.pos)?;
+            for (seq, cp) in (first_seq..).zip(&checkpoints) {
+                self.inner.log.read_with(cp.pos, |rec| {
+                    let c = super::indexed_checkpoint(dir, &rec, &task, seq)?;
+                    if (c.body_kind == Body::Snapshot) != cp.snapshot {
+                        let why = format!(
+                            "index of task {task:?} seq {seq} expects a {} and the record is a {:?}",
+                            if cp.snapshot { "Snapshot" } else { "Delta" },
+                            c.body_kind
+                        );
+                        return Err(codec::decode_error(dir, &rec, why));
+                    }
+                    if bodies == BodyCheck::Skip {
+                        report.not_decoded(c.schema_version, || "not asked to decode".into());
+                        return Ok(());
+                    }
+                    match super::decode_body::<S>(dir, &rec, &c) {
+                        Ok(_) => report.bodies_decoded += 1,
+                        Err(e) if bodies == BodyCheck::Try => {
+                            report.not_decoded(c.schema_version, || e.to_string());
+                        }
+                        Err(e) => return Err(e),
+                    }
+                    Ok(())
+                })?;
             }
-            for (id, call) in &calls {
-                self.read_begin(&task, id, call.begin, |_| ())?;
+            for (call_id, call) in &calls {
+                self.read_begin(&task, call_id, call.begin, |_| ())?;
                 if let Some(pos) = call.finish {
-                    self.read_result(&task, id, pos)?;
+                    self.read_result(&task, call_id, pos)?;
                 }
             }
             report.tasks += 1;

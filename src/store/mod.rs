@@ -17,7 +17,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 pub use compaction::COMPACTION_DEAD_BYTES_MIN;
-pub use inspect::{CallInfo, RecordSummary, TaskInfo, VerifyReport, describe_record};
+pub use inspect::{
+    BodyCheck, CallInfo, RecordSummary, TaskInfo, UndecodedBodies, VerifyReport, describe_record,
+};
 pub use types::*;
 
 use self::codec::{Body, CheckpointRec, DeleteRec, Origin};
@@ -499,27 +501,8 @@ impl<S: State> Store<S> {
     fn read_body(&self, task: &str, seq: u64, pos: RecordPos) -> Result<DecodedBody<S>> {
         let dir = self.inner.log.dir();
         self.inner.log.read_with(pos, |rec| {
-            let codec::Decoded::Checkpoint(c) = codec::decode(dir, &rec)? else {
-                let why = "index points at a non-checkpoint record".into();
-                return Err(codec::decode_error(dir, &rec, why));
-            };
-            if (c.task, c.seq) != (task, seq) {
-                let why = format!(
-                    "index of task {task:?} seq {seq} points at seq {} of {:?}",
-                    c.seq, c.task
-                );
-                return Err(codec::decode_error(dir, &rec, why));
-            }
-            let bad = |e: postcard::Error| codec::decode_error(dir, &rec, e.to_string());
-            let (version, body) = (c.schema_version, c.body);
-            Ok(match (c.body_kind, version == S::VERSION) {
-                (Body::Snapshot, true) => {
-                    DecodedBody::Snapshot(postcard::from_bytes(body).map_err(bad)?)
-                }
-                (Body::Snapshot, false) => DecodedBody::Snapshot(S::migrate_state(version, body)?),
-                (Body::Delta, true) => DecodedBody::Delta(postcard::from_bytes(body).map_err(bad)?),
-                (Body::Delta, false) => DecodedBody::Delta(S::migrate_delta(version, body)?),
-            })
+            let c = indexed_checkpoint(dir, &rec, task, seq)?;
+            decode_body(dir, &rec, &c)
         })
     }
 
@@ -700,6 +683,54 @@ impl<S: State> Store<S> {
             }
         }
     }
+}
+
+/// The checkpoint record `rec`, which the index of `task` points at for `seq`; an error if
+/// the record is not that checkpoint.
+fn indexed_checkpoint<'a>(
+    dir: &Path,
+    rec: &RecordRef<'a>,
+    task: &str,
+    seq: u64,
+) -> Result<CheckpointRec<'a>> {
+    let codec::Decoded::Checkpoint(c) = codec::decode(dir, rec)? else {
+        let why = "index points at a non-checkpoint record".into();
+        return Err(codec::decode_error(dir, rec, why));
+    };
+    if (c.task, c.seq) != (task, seq) {
+        let why = format!(
+            "index of task {task:?} seq {seq} points at seq {} of {:?}",
+            c.seq, c.task
+        );
+        return Err(codec::decode_error(dir, rec, why));
+    }
+    Ok(c)
+}
+
+/// Decodes the body of checkpoint `c` (read at `rec`) as `S` or `S::Delta`, migrating data
+/// written under another schema version. Reads nothing: every error is about the body.
+fn decode_body<S: State>(
+    dir: &Path,
+    rec: &RecordRef<'_>,
+    c: &CheckpointRec<'_>,
+) -> Result<DecodedBody<S>> {
+    // The record checked out before this point, so a body that does not decode is not
+    // damage (see `Error::BodyDecode`).
+    let bad = |e: postcard::Error| Error::BodyDecode {
+        segment: segment_path(dir, rec.segment_id),
+        offset: rec.offset,
+        task: c.task.to_string(),
+        seq: c.seq,
+        schema_version: c.schema_version,
+        reason: e.to_string(),
+    };
+    let (version, body) = (c.schema_version, c.body);
+    Ok(match (c.body_kind, version == S::VERSION) {
+        (Body::Snapshot, true) => DecodedBody::Snapshot(postcard::from_bytes(body).map_err(bad)?),
+        (Body::Snapshot, false) => DecodedBody::Snapshot(S::migrate_state(version, body)?),
+        (Body::Delta, true) => DecodedBody::Delta(postcard::from_bytes(body).map_err(bad)?),
+        (Body::Delta, false) => DecodedBody::Delta(S::migrate_delta(version, body)?),
+    })
 }
 
 pub(crate) fn now_ms() -> u64 {

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use agentwal::log::{Log, LogOptions};
-use agentwal::{AgentState, Error, Options, RecoveryMode, Store};
+use agentwal::{AgentState, BodyCheck, Error, Options, RecoveryMode, Store};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::{Value as J, json};
 
@@ -122,20 +122,56 @@ pub fn history(dir: &Path, task: &str, json: bool) -> Outcome {
 pub fn show(dir: &Path, task: &str, seq: Option<u64>, json: bool) -> Outcome {
     let store = open(dir)?;
     unknown_task(&store, task)?;
-    let cp = match seq {
-        Some(seq) => store.load(task, seq)?,
-        None => store.load_latest(task)?,
+    let loaded = match seq {
+        Some(seq) => store.load(task, seq),
+        None => store.load_latest(task),
     };
-    let Some(cp) = cp else {
+    // A body that does not decode as AgentState is most likely another state type's: what
+    // the index knows is still worth showing, and nothing is wrong with the store.
+    let (cp, undecodable) = match loaded {
+        Ok(cp) => (cp, None),
+        Err(e @ Error::BodyDecode { schema_version, .. }) => {
+            (None, Some((schema_version, e.to_string())))
+        }
+        Err(e @ Error::SchemaMismatch { found, .. }) => (None, Some((found, e.to_string()))),
+        Err(e) => return Err(e.into()),
+    };
+    let retained = store.list_checkpoints(task)?;
+    let info = match seq.or(cp.as_ref().map(|c| c.seq)) {
+        Some(s) => retained.iter().find(|c| c.seq == s),
+        None => retained.last(),
+    };
+    let Some(info) = info.filter(|_| cp.is_some() || undecodable.is_some()) else {
         return Err(Failure::Usage(format!(
             "checkpoint {} of task {task:?} is not retained",
             seq.map_or("latest".into(), |s| s.to_string())
         )));
     };
+    let kind = if info.snapshot { "snapshot" } else { "delta" };
+    let Some(cp) = cp else {
+        let (version, why) = undecodable.unwrap_or_default();
+        if json {
+            print_json(&json!({
+                "task": task, "seq": info.seq, "created_at_ms": info.created_at_ms,
+                "bytes": info.bytes, "kind": kind, "schema_version": version,
+                "state": null, "state_error": format!("{NOT_AGENT_STATE}: {why}"),
+            }));
+            return Ok(());
+        }
+        println!(
+            "task {task} @ seq {} ({}), {kind} record of {}",
+            info.seq,
+            render::time(info.created_at_ms),
+            render::size(info.bytes)
+        );
+        println!("state not decoded (schema version {version}): {NOT_AGENT_STATE}");
+        println!("  {why}");
+        return Ok(());
+    };
     if json {
         print_json(&json!({
             "task": cp.task, "seq": cp.seq, "created_at_ms": cp.created_at_ms,
-            "state": render::state(&cp.state),
+            "bytes": info.bytes, "kind": kind, "state": render::state(&cp.state),
         }));
         return Ok(());
     }
@@ -162,6 +198,10 @@ pub fn show(dir: &Path, task: &str, seq: Option<u64>, json: bool) -> Outcome {
     print_map("metadata", &cp.state.metadata);
     Ok(())
 }
+
+/// Why a body that does not decode is not reported as damage.
+const NOT_AGENT_STATE: &str = "not AgentState, the state type this CLI knows (the store was \
+     most likely written with another State type)";
 
 fn print_map(name: &str, map: &BTreeMap<String, agentwal::Value>) {
     if map.is_empty() {
@@ -210,6 +250,22 @@ struct SegmentSummary {
     last_lsn: u64,
 }
 
+/// Where an error points, if it names a record.
+fn location(e: &Error) -> (Option<String>, Option<u64>) {
+    match e {
+        Error::Corruption {
+            segment, offset, ..
+        }
+        | Error::Decode {
+            segment, offset, ..
+        }
+        | Error::BodyDecode {
+            segment, offset, ..
+        } => (Some(segment.display().to_string()), Some(*offset)),
+        _ => (None, None),
+    }
+}
+
 pub fn verify(dir: &Path, json: bool) -> Outcome {
     let spin = spinner("scanning segments");
     let mut segments: BTreeMap<u64, SegmentSummary> = BTreeMap::new();
@@ -234,24 +290,27 @@ pub fn verify(dir: &Path, json: bool) -> Outcome {
         Err(e @ (Error::Corruption { .. } | Error::Decode { .. })) => Some(e),
         Err(e) => return Err(e.into()),
     };
-    let store_result = match &log_error {
-        None => Some(open(dir).and_then(|s| {
-            let bar = bar(s.tasks()?.len() as u64, "decoding records");
-            let r = s.verify().map_err(Failure::from);
-            bar.finish_and_clear();
-            r
-        })),
-        Some(_) => None,
+    // Bodies are only tried as AgentState: a store of another state type verifies all the
+    // same, its bodies listed as not decoded.
+    let (report, error) = match log_error {
+        Some(e) => (None, Some(e)),
+        None => {
+            let spin = spinner("checking records");
+            let checked = Store::<AgentState>::open_read_only(dir)
+                .and_then(|s| s.verify_with(BodyCheck::Try));
+            spin.finish_and_clear();
+            match checked {
+                Ok(r) => (Some(r), None),
+                Err(e) => (None, Some(e)),
+            }
+        }
     };
-    let error = match (&log_error, &store_result) {
-        (Some(e), _) => Some(e.to_string()),
-        (None, Some(Err(Failure::Problem(m) | Failure::Usage(m)))) => Some(m.clone()),
-        _ => None,
-    };
-    let report = match &store_result {
-        Some(Ok(r)) => Some(r.clone()),
-        _ => None,
-    };
+    let (segment, offset) = error.as_ref().map_or((None, None), location);
+    let message = error.as_ref().map(|e| e.to_string());
+    // The one mapping of errors to exit codes: 1 for damage, 2 for I/O and the like (a
+    // segment deleted by a concurrent compaction is not corruption).
+    let failure = error.map(Failure::from);
+    let corruption = matches!(failure, Some(Failure::Problem(_)));
     if json {
         let segs: Vec<J> = segments
             .iter()
@@ -260,22 +319,20 @@ pub fn verify(dir: &Path, json: bool) -> Outcome {
                        "bytes": s.bytes, "first_lsn": s.first_lsn, "last_lsn": s.last_lsn})
             })
             .collect();
-        let (segment, offset) = match &log_error {
-            Some(
-                Error::Corruption {
-                    segment, offset, ..
-                }
-                | Error::Decode {
-                    segment, offset, ..
-                },
-            ) => (Some(segment.display().to_string()), Some(*offset)),
-            _ => (None, None),
-        };
+        let undecoded: Vec<J> = report
+            .iter()
+            .flat_map(|r| &r.bodies_not_decoded)
+            .map(|u| json!({"schema_version": u.schema_version, "count": u.count, "reason": u.reason}))
+            .collect();
         print_json(&json!({
-            "ok": error.is_none(), "segments": segs,
+            "ok": message.is_none(), "segments": segs,
             "tasks": report.as_ref().map(|r| r.tasks), "checkpoints": report.as_ref().map(|r| r.checkpoints),
             "calls": report.as_ref().map(|r| r.calls),
-            "error": error.as_ref().map(|e| json!({"message": e, "segment": segment, "offset": offset})),
+            "bodies_decoded": report.as_ref().map(|r| r.bodies_decoded),
+            "bodies_not_decoded": report.as_ref().map(|_| undecoded),
+            "error": message.as_ref().map(|e| json!({
+                "message": e, "corruption": corruption, "segment": segment, "offset": offset,
+            })),
         }));
     } else {
         println!(
@@ -288,7 +345,7 @@ pub fn verify(dir: &Path, json: bool) -> Outcome {
             } else {
                 format!("{}..{}", s.first_lsn, s.last_lsn)
             };
-            let status = if s.records == 0 && log_error.is_some() {
+            let status = if s.records == 0 && corruption {
                 "?"
             } else {
                 "ok"
@@ -303,13 +360,27 @@ pub fn verify(dir: &Path, json: bool) -> Outcome {
         }
         if let Some(r) = &report {
             println!(
-                "{} task(s), {} checkpoint record(s), {} call(s) decoded",
-                r.tasks, r.checkpoints, r.calls
+                "{} task(s), {} checkpoint record(s), {} call(s) checked; {} checkpoint {} decoded as AgentState",
+                r.tasks,
+                r.checkpoints,
+                r.calls,
+                r.bodies_decoded,
+                bodies(r.bodies_decoded)
             );
+            for u in &r.bodies_not_decoded {
+                println!(
+                    "{} checkpoint {} not decoded (schema version {}): {NOT_AGENT_STATE}; \
+                     their records check out (checksum, kind, task, seq)",
+                    u.count,
+                    bodies(u.count),
+                    u.schema_version,
+                );
+                println!("  first: {}", u.reason);
+            }
         }
     }
-    match error {
-        Some(e) => Err(Failure::Problem(e)),
+    match failure {
+        Some(f) => Err(f),
         None => {
             if !json {
                 println!("ok");
@@ -317,6 +388,10 @@ pub fn verify(dir: &Path, json: bool) -> Outcome {
             Ok(())
         }
     }
+}
+
+fn bodies(n: u64) -> &'static str {
+    if n == 1 { "body" } else { "bodies" }
 }
 
 pub fn dump(dir: &Path, only_segment: Option<u64>, json: bool) -> Outcome {

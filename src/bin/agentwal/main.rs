@@ -1,7 +1,8 @@
 //! `agentwal`: inspect, verify and compact an agentwal store, and a demo that crashes and
 //! resumes. Read commands open the store read-only and work while an agent writes to it.
 //!
-//! Exit codes: 0 ok, 1 a problem was found (corruption), 2 usage or I/O error.
+//! Exit codes: 0 ok, 1 damage was found (or the demo's checks failed), 2 anything else that
+//! stopped a command: bad usage, I/O errors, a held lock, a state the CLI cannot decode.
 
 mod demo;
 mod inspect;
@@ -62,7 +63,7 @@ enum Command {
         /// The task id.
         task: String,
     },
-    /// Check every checksum and every task's records; exit 1 on corruption.
+    /// Check every checksum and every task's records; exit 1 on corruption, 2 on I/O errors.
     Verify {
         /// The store directory.
         dir: PathBuf,
@@ -89,14 +90,18 @@ enum Command {
 
 /// How a command ended, beyond success.
 pub enum Failure {
-    /// The store has a problem (exit 1).
+    /// The store is damaged, or the demo's checks failed (exit 1).
     Problem(String),
-    /// Bad usage or an I/O error (exit 2).
+    /// Bad usage, an I/O error, or anything else that is not damage (exit 2).
     Usage(String),
 }
 
 impl From<agentwal::Error> for Failure {
     fn from(e: agentwal::Error) -> Self {
+        // Only bytes that fail their checks are damage. A body that does not decode as
+        // AgentState (`BodyDecode`, `SchemaMismatch`) was written by another state type,
+        // and an I/O error (a segment a concurrent compaction deleted, say) says nothing
+        // about the data.
         match e {
             agentwal::Error::Corruption { .. } | agentwal::Error::Decode { .. } => {
                 Failure::Problem(e.to_string())
