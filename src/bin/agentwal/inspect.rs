@@ -13,8 +13,24 @@ use crate::render::{self, print_json};
 
 type Outcome = Result<(), Failure>;
 
+/// Read-only opens tried when a store keeps changing under the scan (a writer compacting
+/// hard): each open already rescans several times before it reports `StoreChanged`.
+const OPEN_ATTEMPTS: usize = 5;
+
+/// Runs a read-only `open` again while it reports that the store changed under it, so a
+/// read command beside a live, compacting writer answers from a consistent view.
+fn reopening<T>(mut open: impl FnMut() -> agentwal::Result<T>) -> agentwal::Result<T> {
+    let mut attempt = 1;
+    loop {
+        match open() {
+            Err(Error::StoreChanged { .. }) if attempt < OPEN_ATTEMPTS => attempt += 1,
+            other => return other,
+        }
+    }
+}
+
 fn open(dir: &Path) -> Result<Store, Failure> {
-    Ok(Store::<AgentState>::open_read_only(dir)?)
+    Ok(reopening(|| Store::<AgentState>::open_read_only(dir))?)
 }
 
 fn spinner(msg: &'static str) -> ProgressBar {
@@ -269,15 +285,17 @@ fn location(e: &Error) -> (Option<String>, Option<u64>) {
 pub fn verify(dir: &Path, json: bool) -> Outcome {
     let spin = spinner("scanning segments");
     let mut segments: BTreeMap<u64, SegmentSummary> = BTreeMap::new();
-    let opened = Log::open_read_only(dir, LogOptions::default(), |rec| {
-        let s = segments.entry(rec.segment_id).or_default();
+    let opened = reopening(|| {
+        Log::open_read_only(dir, LogOptions::default(), |rec| {
+            let s = segments.entry(rec.segment_id).or_default();
         if s.records == 0 {
             s.first_lsn = rec.lsn;
         }
         s.records += 1;
         s.bytes += (agentwal::log::format::RECORD_HEADER_BYTES + rec.payload.len()) as u64;
-        s.last_lsn = rec.lsn;
-        Ok(())
+            s.last_lsn = rec.lsn;
+            Ok(())
+        })
     });
     spin.finish_and_clear();
     let log_error = match opened {
@@ -296,7 +314,7 @@ pub fn verify(dir: &Path, json: bool) -> Outcome {
         Some(e) => (None, Some(e)),
         None => {
             let spin = spinner("checking records");
-            let checked = Store::<AgentState>::open_read_only(dir)
+            let checked = reopening(|| Store::<AgentState>::open_read_only(dir))
                 .and_then(|s| s.verify_with(BodyCheck::Try));
             spin.finish_and_clear();
             match checked {
@@ -400,12 +418,14 @@ pub fn dump(dir: &Path, only_segment: Option<u64>, json: bool) -> Outcome {
         ..LogOptions::default()
     };
     let mut rows = Vec::new();
-    let log = Log::open_read_only(dir, options, |rec| {
-        if only_segment.is_none_or(|s| s == rec.segment_id) {
-            let d = agentwal::describe_record(&rec);
-            rows.push((rec.lsn, rec.segment_id, rec.offset, rec.payload.len(), d));
-        }
-        Ok(())
+    let log = reopening(|| {
+        Log::open_read_only(dir, options, |rec| {
+            if only_segment.is_none_or(|s| s == rec.segment_id) {
+                let d = agentwal::describe_record(&rec);
+                rows.push((rec.lsn, rec.segment_id, rec.offset, rec.payload.len(), d));
+            }
+            Ok(())
+        })
     })?;
     let corrupt = &log.recovery().skipped;
     if json {
