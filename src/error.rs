@@ -59,11 +59,14 @@ pub enum Error {
         dir: PathBuf,
     },
 
-    /// The directory exists but holds files that are not an agentwal store.
-    #[error("{} is not an agentwal store (it holds no segment files)", dir.display())]
+    /// The path is not an agentwal store: not a directory, or a directory without
+    /// segment files (holding files agentwal did not write, or nothing a reader can read).
+    #[error("{} is not an agentwal store: {reason}", dir.display())]
     NotAStore {
-        /// The directory.
+        /// The path given as the store's directory.
         dir: PathBuf,
+        /// What it holds instead.
+        reason: NotAStoreReason,
     },
 
     /// A segment was written by a newer (or unknown) format version.
@@ -139,7 +142,7 @@ pub enum Error {
 
     /// Data written under another `State::VERSION` and no migration was provided.
     #[error(
-        "data has schema version {found}, this program expects {expected}; implement `State::migrate`"
+        "data has schema version {found}, this program expects {expected}; implement `State::migrate_state` and `State::migrate_delta`"
     )]
     SchemaMismatch {
         /// Version on disk.
@@ -182,6 +185,22 @@ pub enum Error {
         /// The decoder's message.
         reason: String,
     },
+}
+
+/// Why a path is not an agentwal store ([`Error::NotAStore`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum NotAStoreReason {
+    /// The path exists and is not a directory.
+    #[error("it is not a directory")]
+    NotADirectory,
+    /// The directory holds no segment file (a read-only open has nothing to read).
+    #[error("it holds no segment files")]
+    NoSegments,
+    /// The directory holds no segment file but a file agentwal did not write (the first
+    /// such file found, by name); a writer does not take such a directory over.
+    #[error("it holds no segment files but {}, which agentwal did not write", .0.display())]
+    ForeignFile(PathBuf),
 }
 
 /// Which check a corrupt record or header failed.

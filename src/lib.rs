@@ -14,7 +14,7 @@ pub mod storage;
 mod store;
 mod value;
 
-pub use error::{CorruptionReason, Error, Result};
+pub use error::{CorruptionReason, Error, NotAStoreReason, Result};
 pub use log::{RecoveryMode, SyncMode};
 pub use state::{AgentDelta, AgentState, Message, Role, State, ToolCall};
 pub use store::{

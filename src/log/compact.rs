@@ -143,10 +143,7 @@ impl Log {
             first_lsn: first_lsn.unwrap_or(next_first_lsn),
             flags: SEGMENT_FLAG_COMPACTED,
         };
-        let tmp = dir.join(format!(
-            "{}.compact{TEMP_SUFFIX}",
-            segment_file_name(through_id)
-        ));
+        let tmp = dir.join(compact_temp_file_name(through_id));
         let ctx = |what: &str| format!("{what} compacted segment {}", tmp.display());
         let file = self
             .storage()

@@ -88,7 +88,54 @@ pub fn parse_segment_file_name(name: &str) -> Option<u64> {
     digits.parse().ok()
 }
 
-/// Suffix of a segment being created; such files are never part of the log.
+/// Suffix of a file being written (a segment being created, a compacted segment); such
+/// files are never part of the log.
 pub const TEMP_SUFFIX: &str = ".tmp";
+/// What a compacted segment's temporary name adds before [`TEMP_SUFFIX`].
+const COMPACT_INFIX: &str = ".compact";
+
+/// Temporary name of segment `id` while it is created (`<id>.wal.tmp`).
+pub fn temp_file_name(id: u64) -> String {
+    format!("{}{TEMP_SUFFIX}", segment_file_name(id))
+}
+
+/// Temporary name of the compacted segment `id` while it is written
+/// (`<id>.wal.compact.tmp`).
+pub fn compact_temp_file_name(id: u64) -> String {
+    format!("{}{COMPACT_INFIX}{TEMP_SUFFIX}", segment_file_name(id))
+}
+
+/// Whether `name` is one of the temporary names above. Only these are ever deleted: a
+/// user's `notes.tmp` in the directory is not the engine's to remove.
+pub fn is_temp_file_name(name: &str) -> bool {
+    let Some(base) = name.strip_suffix(TEMP_SUFFIX) else {
+        return false;
+    };
+    let base = base.strip_suffix(COMPACT_INFIX).unwrap_or(base);
+    parse_segment_file_name(base).is_some()
+}
 /// Name of the lock file a writer holds.
 pub const LOCK_FILE_NAME: &str = "LOCK";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_engines_temporary_names_are_temporary() {
+        assert!(is_temp_file_name(&temp_file_name(7)));
+        assert!(is_temp_file_name(&compact_temp_file_name(u64::MAX)));
+        for name in [
+            "notes.tmp",
+            "x.tmp",
+            ".tmp",
+            "00000000000000000001.wal",
+            "0000000000000000001.wal.tmp",
+            "00000000000000000001.wal.other.tmp",
+            "00000000000000000001.compact.tmp",
+            "LOCK",
+        ] {
+            assert!(!is_temp_file_name(name), "{name}");
+        }
+    }
+}

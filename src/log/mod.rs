@@ -46,7 +46,7 @@ use self::recovery::{Scan, SegmentPin, SegmentState};
 use self::segment::{create_segment, segment_path, sync_dir};
 use self::writer::{Writer, WriterStart};
 use crate::background::Periodic;
-use crate::error::{CorruptionReason, Error, Result};
+use crate::error::{CorruptionReason, Error, NotAStoreReason, Result};
 use crate::storage::{FileView, RealStorage, Storage, StorageFile};
 
 /// When an append counts as done.
@@ -558,8 +558,10 @@ fn validate_options(options: &LogOptions) -> Result<()> {
 /// Creates `dir` if missing; refuses a non-empty directory that holds no store.
 fn prepare_dir(fs: &dyn Storage, dir: &Path) -> Result<()> {
     if !fs.is_dir(dir) {
-        fs.create_dir_all(dir)
-            .map_err(|e| Error::io(format!("creating {}", dir.display()), e))?;
+        fs.create_dir_all(dir).map_err(|e| {
+            not_a_directory(fs, dir)
+                .unwrap_or_else(|| Error::io(format!("creating {}", dir.display()), e))
+        })?;
         if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
             sync_dir(fs, parent)?;
         }
@@ -568,34 +570,58 @@ fn prepare_dir(fs: &dyn Storage, dir: &Path) -> Result<()> {
     check_is_store(fs, dir, true)
 }
 
-/// A store holds segment files; an empty directory (or one with only our lock and
-/// temporary files) may become one when opened for writing.
-fn check_is_store(fs: &dyn Storage, dir: &Path, may_create: bool) -> Result<()> {
-    let names = fs
-        .list(dir)
-        .map_err(|e| Error::io(format!("reading {}", dir.display()), e))?;
-    let mut ours_only = true;
-    for name in names {
-        if parse_segment_file_name(&name).is_some() {
-            return Ok(());
-        }
-        ours_only &= name == LOCK_FILE_NAME || name.ends_with(TEMP_SUFFIX);
-    }
-    if may_create && ours_only {
-        return Ok(());
-    }
-    Err(Error::NotAStore {
+/// The error for a store path that is no directory but opens as a file, once using it
+/// as a directory failed: the OS's own error ("file exists", "not found") would not say
+/// what is wrong with it. Asked only after a failure, so the probe adds no operation
+/// (and no error to swallow) to an open that works.
+fn not_a_directory(fs: &dyn Storage, dir: &Path) -> Option<Error> {
+    fs.open(dir, false).ok().map(|_| Error::NotAStore {
         dir: dir.to_path_buf(),
+        reason: NotAStoreReason::NotADirectory,
     })
 }
 
+/// A store holds segment files. A directory without any may become one when opened for
+/// writing if it is empty or holds only what the engine itself names (its lock and
+/// temporary files, left by a crash before the first segment was in place); anything
+/// else is someone else's directory, named in the error.
+fn check_is_store(fs: &dyn Storage, dir: &Path, may_create: bool) -> Result<()> {
+    let mut names = fs
+        .list(dir)
+        .map_err(|e| Error::io(format!("reading {}", dir.display()), e))?;
+    if names.iter().any(|n| parse_segment_file_name(n).is_some()) {
+        return Ok(());
+    }
+    // Sorted, so the file the error names does not depend on the listing order.
+    names.sort_unstable();
+    let foreign = names.iter().find(|name| {
+        let ours = name.as_str() == LOCK_FILE_NAME || is_temp_file_name(name);
+        // A directory is never something the engine made, whatever its name.
+        !ours || fs.is_dir(&dir.join(name))
+    });
+    let reason = match foreign {
+        Some(name) => NotAStoreReason::ForeignFile(dir.join(name)),
+        None if may_create => return Ok(()),
+        None => NotAStoreReason::NoSegments,
+    };
+    Err(Error::NotAStore {
+        dir: dir.to_path_buf(),
+        reason,
+    })
+}
+
+/// Deletes the temporary files a crash left: only names the engine writes
+/// (`is_temp_file_name`), and never a directory.
 fn remove_temp_files(fs: &dyn Storage, dir: &Path) -> Result<()> {
     let names = fs
         .list(dir)
         .map_err(|e| Error::io(format!("reading {}", dir.display()), e))?;
     let mut removed = false;
-    for name in names.iter().filter(|n| n.ends_with(TEMP_SUFFIX)) {
+    for name in names.iter().filter(|n| is_temp_file_name(n)) {
         let path = dir.join(name);
+        if fs.is_dir(&path) {
+            continue;
+        }
         fs.remove(&path)
             .map_err(|e| Error::io(format!("removing {}", path.display()), e))?;
         removed = true;
@@ -629,10 +655,12 @@ fn scan_read_only(
     visit: &mut dyn FnMut(RecordRef<'_>) -> Result<()>,
 ) -> Result<Scan> {
     if !fs.is_dir(dir) {
-        return Err(Error::io(
-            format!("opening store directory {}", dir.display()),
-            std::io::Error::from(std::io::ErrorKind::NotFound),
-        ));
+        return Err(not_a_directory(fs, dir).unwrap_or_else(|| {
+            Error::io(
+                format!("opening store directory {}", dir.display()),
+                std::io::Error::from(std::io::ErrorKind::NotFound),
+            )
+        }));
     }
     check_is_store(fs, dir, false)?;
     let mut previous: Option<String> = None;

@@ -97,8 +97,17 @@ pub(crate) fn scan(
     visit: &mut dyn FnMut(RecordRef<'_>) -> Result<()>,
 ) -> Result<Scan> {
     let mut files = list_segments(storage, dir)?;
-    let first = newest_compacted(storage, &files)?;
+    let (first, headers) = live_headers(storage, &files)?;
     let superseded = files.drain(..first).map(|(_, p)| p).collect();
+    if mode != RecoveryMode::Salvage {
+        // Judged before any segment's records, so that a file that does not belong (a
+        // stray or empty `.wal`, one past a gap) is the one named, not the healthy final
+        // segment the scan would otherwise find "followed" by it.
+        check_sequence(&files)?;
+        if let Some(Err(e)) = headers.into_iter().find(|h| h.is_err()) {
+            return Err(e);
+        }
+    }
     let mut out = Scan {
         superseded,
         segments: Vec::with_capacity(files.len()),
@@ -159,29 +168,70 @@ pub(crate) fn scan(
     Ok(out)
 }
 
-/// Index of the newest segment written by compaction (it supersedes all before it), or 0.
-fn newest_compacted(storage: &dyn Storage, files: &[(u64, PathBuf)]) -> Result<usize> {
-    let compacted = |path: &Path| {
-        let mut buf = [0u8; SEGMENT_HEADER_BYTES];
-        let read = storage
-            .open(path, false)
-            .and_then(|f| f.read_exact_at(&mut buf, 0));
-        match read {
-            // Too short for a header: judged by the full scan below.
-            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => Ok(false),
-            // An I/O error is not a verdict on the file: taking it for "not compacted"
-            // would read superseded segments and report the compacted one as corruption.
-            Err(e) => Err(Error::io(format!("reading {}", path.display()), e)),
-            // A header that does not decode is judged by the full scan below.
-            Ok(()) => Ok(SegmentHeader::decode(&buf, path).is_ok_and(|h| h.is_compacted())),
-        }
-    };
+/// The index of the newest segment written by compaction (it supersedes all before it;
+/// 0 if none), and the headers of it and every later segment, in order. Read from the
+/// last segment back, so superseded files (which a compaction may be deleting) are never
+/// opened. An I/O error fails the scan (it is no verdict on the file); a header that does
+/// not decode is kept as its error.
+fn live_headers(
+    storage: &dyn Storage,
+    files: &[(u64, PathBuf)],
+) -> Result<(usize, Vec<Result<SegmentHeader>>)> {
+    let mut headers = Vec::with_capacity(files.len());
     for (index, (_, path)) in files.iter().enumerate().rev() {
-        if compacted(path)? {
-            return Ok(index);
+        let header = read_header(storage, path)?;
+        let compacted = header.as_ref().is_ok_and(|h| h.is_compacted());
+        headers.push(header);
+        if compacted {
+            headers.reverse();
+            return Ok((index, headers));
         }
     }
-    Ok(0)
+    headers.reverse();
+    Ok((0, headers))
+}
+
+fn read_header(storage: &dyn Storage, path: &Path) -> Result<Result<SegmentHeader>> {
+    let io_error = |e| Error::io(format!("reading {}", path.display()), e);
+    let mut buf = [0u8; SEGMENT_HEADER_BYTES];
+    let file = storage.open(path, false).map_err(io_error)?;
+    let bytes = match file.read_exact_at(&mut buf, 0) {
+        Ok(()) => buf.len(),
+        // Too short for a header: the decode says so (and whether it is empty).
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+            // (Capped: a reader racing a writer must not index past the buffer.)
+            let len = file.len().map_err(io_error)?.min(buf.len() as u64) as usize;
+            file.read_exact_at(&mut buf[..len], 0).map_err(io_error)?;
+            len
+        }
+        // Taking an unreadable file for "not compacted" would read superseded segments
+        // and report the compacted one as corruption.
+        Err(e) => return Err(io_error(e)),
+    };
+    Ok(SegmentHeader::decode(&buf[..bytes], path))
+}
+
+/// Segment ids go up by one from the first (compaction deletes only ids below the one it
+/// replaces): a gap names the file after it, the one out of sequence.
+fn check_sequence(files: &[(u64, PathBuf)]) -> Result<()> {
+    for pair in files.windows(2) {
+        let ((before, _), (id, path)) = (&pair[0], &pair[1]);
+        if *id != before + 1 {
+            let missing = match id - before {
+                2 => format!("segment {} is", before + 1),
+                _ => format!("segments {}..={} are", before + 1, id - 1),
+            };
+            return Err(Error::Corruption {
+                segment: path.clone(),
+                offset: 0,
+                reason: CorruptionReason::BrokenChain(format!(
+                    "segment {id} is out of sequence: it follows segment {before}, and \
+                     {missing} missing (deleted, or this file does not belong here)"
+                )),
+            });
+        }
+    }
+    Ok(())
 }
 
 /// Reads the whole segment into `buf`; returns the open file.

@@ -47,7 +47,10 @@ impl SegmentHeader {
             reason: CorruptionReason::BadHeader(why.to_string()),
         };
         let Some(b) = buf.get(..SEGMENT_HEADER_BYTES) else {
-            return Err(bad("file shorter than a segment header"));
+            return Err(bad(&match buf.len() {
+                0 => "file is empty".to_string(),
+                n => format!("file of {n} bytes is shorter than a segment header"),
+            }));
         };
         if b[SEG_MAGIC_OFFSET..][..8] != SEGMENT_MAGIC {
             return Err(bad("bad magic: not an agentwal segment"));
@@ -125,7 +128,7 @@ pub fn create_segment(
     preallocate_bytes: u64,
 ) -> Result<Box<dyn StorageFile>> {
     let path = segment_path(dir, id);
-    let tmp = dir.join(format!("{}{TEMP_SUFFIX}", segment_file_name(id)));
+    let tmp = dir.join(temp_file_name(id));
     let ctx = |what: &str| format!("{what} segment {}", path.display());
     let file = storage
         .create(&tmp)

@@ -285,6 +285,11 @@ pub(crate) struct TaskData {
     pub deltas_since_snapshot: u32,
     pub delta_bytes_since_snapshot: u64,
     pub snapshot_bytes: u64,
+    /// Whether a record the latest state folds from (the last snapshot or a delta since)
+    /// was written under another schema version than the index's: the next commit must
+    /// rebuild (migrate) the state before it writes, or it would append a delta to a
+    /// history this program cannot read.
+    pub foreign_schema: bool,
 }
 
 // With the `Arc` counts, 168 B: one 176 B heap chunk per task (glibc).
@@ -310,7 +315,13 @@ impl TaskData {
     /// or any seq once compaction dropped the checkpoints retention no longer needs: the
     /// log keeps every record of a prefix of segments it did not compact, so a task's
     /// surviving history may start mid-chain ("headless") until its next snapshot.
-    pub fn push_checkpoint(&mut self, seq: u64, entry: CpEntry) -> Result<(), String> {
+    /// `foreign_schema`: the record's schema version is not the index's.
+    pub fn push_checkpoint(
+        &mut self,
+        seq: u64,
+        entry: CpEntry,
+        foreign_schema: bool,
+    ) -> Result<(), String> {
         let expected = self.latest_seq() + 1;
         if seq != expected && !(self.checkpoints.is_empty() && seq > 0) {
             return Err(format!(
@@ -326,9 +337,11 @@ impl TaskData {
             self.deltas_since_snapshot = 0;
             self.delta_bytes_since_snapshot = 0;
             self.snapshot_bytes = u64::from(entry.bytes);
+            self.foreign_schema = foreign_schema;
         } else {
             self.deltas_since_snapshot += 1;
             self.delta_bytes_since_snapshot += u64::from(entry.bytes);
+            self.foreign_schema |= foreign_schema;
         }
         Ok(())
     }
@@ -433,15 +446,31 @@ pub(crate) struct TaskSlot {
 }
 
 /// All tasks.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct Index {
     tasks: RwLock<HashMap<Box<str>, Arc<TaskSlot>>>,
+    /// `State::VERSION` of the program: checkpoints of other versions mark their task
+    /// (`TaskData::foreign_schema`).
+    schema_version: u32,
 }
 
 impl Index {
+    /// An empty index for a program whose `State::VERSION` is `schema_version`.
+    pub fn new(schema_version: u32) -> Self {
+        Index {
+            tasks: RwLock::default(),
+            schema_version,
+        }
+    }
+
+    /// `State::VERSION` of the program this index serves.
+    pub fn schema_version(&self) -> u32 {
+        self.schema_version
+    }
+
     /// The task's slot, if the task exists: it has a checkpoint or a tool call. A slot a
-    /// failed write created (`commit_if` conflicting on a new task) stays empty and is no
-    /// task, as `task_ids` and a reopened store agree.
+    /// write on a new task created stays empty until the write succeeds, and is no task
+    /// meanwhile, as `task_ids` and a reopened store agree.
     pub fn get(&self, task: &str) -> Option<Arc<TaskSlot>> {
         let tasks = self.tasks.read();
         let slot = tasks.get(task)?;
@@ -454,6 +483,34 @@ impl Index {
             return slot;
         }
         self.tasks.write().entry(task.into()).or_default().clone()
+    }
+
+    /// Forgets the task's slot if it is empty and no one holds it: a write that failed on
+    /// a new task (a conflict, a record too large, ...) leaves nothing behind, or callers
+    /// naming tasks that never come to exist could fill the map.
+    ///
+    /// Why this cannot lose a concurrent write: a writer reaches a slot only through
+    /// `get_or_create`, which clones the slot's `Arc` while it holds the map's lock, and
+    /// keeps that clone until its write is applied. Here the map's write lock is held, so
+    /// no clone can be made meanwhile, and a strong count of 1 (the map's own) means no
+    /// writer holds the slot or waits on its commit lock; `exists()` false then means no
+    /// write has landed in it. A writer arriving later finds no slot and makes a fresh one.
+    /// The caller must have dropped its own clone first: with two writers failing at once,
+    /// whichever checks last then sees the count at 1 (each checks after its own drop).
+    pub fn remove_if_unused(&self, task: &str) {
+        let mut tasks = self.tasks.write();
+        let unused = tasks.get(task).is_some_and(|slot| {
+            Arc::strong_count(slot) == 1 && Arc::weak_count(slot) == 0 && !slot.data.read().exists()
+        });
+        if unused {
+            tasks.remove(task);
+        }
+    }
+
+    /// How many slots the map holds, tasks or not (tests check that failed writes leave
+    /// none behind).
+    pub fn slot_count(&self) -> usize {
+        self.tasks.read().len()
     }
 
     /// Forgets a task (after its deletion record is durable).
@@ -549,7 +606,7 @@ mod tests {
     fn out_of_range_checkpoint_is_refused_not_mangled() {
         let mut d = TaskData::default();
         let far = entry(1, 40, u64::MAX, 10, true);
-        assert!(d.push_checkpoint(1, far).is_err());
+        assert!(d.push_checkpoint(1, far, false).is_err());
         assert_eq!((d.latest_seq(), d.snapshot_bytes), (0, 0));
     }
 
@@ -560,7 +617,7 @@ mod tests {
             .map(|i| entry(1 + i / 4, 40 * i, 1000 + i, i as u32, i % 5 == 1))
             .collect();
         for (i, e) in all.iter().enumerate() {
-            d.push_checkpoint(i as u64 + 1, *e).unwrap();
+            d.push_checkpoint(i as u64 + 1, *e, false).unwrap();
             assert_eq!(d.checkpoints.iter().collect::<Vec<_>>(), all[..=i]);
             let spilled = matches!(d.checkpoints.0, CpRepr::Heap(_));
             assert_eq!(spilled, i >= INLINE_CHECKPOINTS);
@@ -601,5 +658,44 @@ mod tests {
         c.get_mut("a").unwrap().finish = Some(pos);
         assert_eq!((c.len(), c.values().count()), (1, 1));
         assert_eq!(c.values_mut().next().unwrap().finish, Some(pos));
+    }
+
+    #[test]
+    fn only_an_empty_slot_no_one_holds_is_removed() {
+        let index = Index::new(1);
+        let held = index.get_or_create("held");
+        index.remove_if_unused("held");
+        assert_eq!(index.slot_count(), 1, "a writer holds it");
+        drop(held);
+        let used = index.get_or_create("used");
+        used.data
+            .write()
+            .push_checkpoint(1, entry(1, 40, 0, 10, true), false)
+            .unwrap();
+        drop(used);
+        index.remove_if_unused("used");
+        index.remove_if_unused("missing");
+        assert_eq!(index.slot_count(), 2, "it holds a checkpoint");
+        index.remove_if_unused("held");
+        assert_eq!(index.slot_count(), 1);
+        assert_eq!(index.task_ids(), vec!["used".to_string()]);
+    }
+
+    #[test]
+    fn a_snapshot_of_this_version_clears_the_foreign_schema_mark() {
+        let mut d = TaskData::default();
+        d.push_checkpoint(1, entry(1, 40, 0, 10, true), false)
+            .unwrap();
+        d.push_checkpoint(2, entry(1, 80, 0, 10, false), true)
+            .unwrap();
+        d.push_checkpoint(3, entry(1, 120, 0, 10, false), false)
+            .unwrap();
+        assert!(d.foreign_schema, "a delta since the snapshot is foreign");
+        d.push_checkpoint(4, entry(1, 160, 0, 10, true), false)
+            .unwrap();
+        assert!(!d.foreign_schema);
+        d.push_checkpoint(5, entry(1, 200, 0, 10, true), true)
+            .unwrap();
+        assert!(d.foreign_schema, "a foreign snapshot is the new fold base");
     }
 }

@@ -142,7 +142,7 @@ impl<S: State> Store<S> {
     ) -> Result<Self> {
         validate_options(&options)?;
         let started = Instant::now();
-        let index = Index::default();
+        let index = Index::new(S::VERSION);
         let salvage = options.recovery == RecoveryMode::Salvage;
         let mut replayer = replay::Replayer::new(dir, &index, salvage);
         let log = open(&mut |rec| replayer.visit(rec))?;
@@ -222,7 +222,10 @@ impl<S: State> Store<S> {
     ) -> Result<u64> {
         let (latest, snapshot_due, previous_ms, state_bytes) = {
             let data = slot.data.read();
-            let due = self.snapshot_due(&data, delta_bytes.len());
+            // A history written under another schema version: rebuilding the state
+            // (through the migration hooks) before writing refuses the commit if it
+            // cannot be read, and the snapshot then written leaves it readable as is.
+            let due = self.snapshot_due(&data, delta_bytes.len()) || data.foreign_schema;
             // What the state's encoding takes, give or take: the last snapshot and the
             // deltas since (an upper bound when deltas overwrite).
             let state_bytes = data.snapshot_bytes + data.delta_bytes_since_snapshot;
@@ -669,7 +672,8 @@ impl<S: State> Store<S> {
 
     /// Runs `f` holding the task's commit lock (creating the task's slot if needed), so
     /// the check-then-append of one task's writes cannot interleave. Retries if the slot
-    /// was deleted while waiting.
+    /// was deleted while waiting. A slot still empty afterwards (the write on a new task
+    /// failed) is removed again unless someone else holds it (see `remove_if_unused`).
     fn with_task_lock<T>(
         &self,
         task: &str,
@@ -677,11 +681,28 @@ impl<S: State> Store<S> {
     ) -> Result<T> {
         loop {
             let slot = self.inner.index.get_or_create(task);
-            let _commit = slot.commit.lock();
-            if !slot.data.read().deleted {
-                return f(&slot);
+            let commit = slot.commit.lock();
+            if slot.data.read().deleted {
+                continue;
             }
+            let result = f(&slot);
+            let empty = !slot.data.read().exists();
+            // Both released before the check: it requires that no one holds the slot.
+            drop(commit);
+            drop(slot);
+            if empty {
+                self.inner.index.remove_if_unused(task);
+            }
+            return result;
         }
+    }
+
+    /// How many task slots the in-memory index holds, tasks or not. Equal to
+    /// `stats().tasks` unless writes on other threads are under way; exposed for tests of
+    /// the index's memory, not a stable API.
+    #[doc(hidden)]
+    pub fn index_slots(&self) -> usize {
+        self.inner.index.slot_count()
     }
 }
 

@@ -55,6 +55,8 @@ impl<'a> Replayer<'a> {
         }
         let bytes = (RECORD_HEADER_BYTES + rec.payload.len()) as u32;
         if let Err(why) = apply(self.index, &decoded, rec.pos(), bytes) {
+            // A rejected first record of a task would otherwise leave its empty slot.
+            self.index.remove_if_unused(task);
             self.note_lost_record(&decoded);
             let error = Error::Corruption {
                 segment: segment_path(self.dir, rec.segment_id),
@@ -129,7 +131,8 @@ pub(crate) fn apply(
                     c.task
                 ));
             }
-            data.push_checkpoint(c.seq, entry)
+            let foreign_schema = c.schema_version != index.schema_version();
+            data.push_checkpoint(c.seq, entry, foreign_schema)
                 .map_err(|e| format!("task {:?}: {e}", c.task))?;
             if let Some(o) = &c.origin {
                 data.origin = Some(Box::new((o.task.into(), o.seq)));

@@ -288,11 +288,11 @@ pub fn verify(dir: &Path, json: bool) -> Outcome {
     let opened = reopening(|| {
         Log::open_read_only(dir, LogOptions::default(), |rec| {
             let s = segments.entry(rec.segment_id).or_default();
-        if s.records == 0 {
-            s.first_lsn = rec.lsn;
-        }
-        s.records += 1;
-        s.bytes += (agentwal::log::format::RECORD_HEADER_BYTES + rec.payload.len()) as u64;
+            if s.records == 0 {
+                s.first_lsn = rec.lsn;
+            }
+            s.records += 1;
+            s.bytes += (agentwal::log::format::RECORD_HEADER_BYTES + rec.payload.len()) as u64;
             s.last_lsn = rec.lsn;
             Ok(())
         })
