@@ -11,6 +11,7 @@ cd "$(dirname "$0")/.."
 export AGENTWAL_CRASH_IMAGES="${AGENTWAL_CRASH_IMAGES:-1000000}"
 export AGENTWAL_KILL_ROUNDS="${AGENTWAL_KILL_ROUNDS:-1000}"
 export AGENTWAL_RO_STRESS_SECS="${AGENTWAL_RO_STRESS_SECS:-60}"
+export AGENTWAL_CLI_STRESS_SECS="${AGENTWAL_CLI_STRESS_SECS:-60}"
 fuzz_seconds="${FUZZ_SECONDS:-600}"
 
 echo "== crash sweep: $AGENTWAL_CRASH_IMAGES images"
@@ -22,5 +23,6 @@ cargo test --release --test log_faults --test store_byte_sweep --test crash_swee
   --test io_errors -- --nocapture
 echo "== read-only handles beside a compacting writer: ${AGENTWAL_RO_STRESS_SECS}s per test"
 cargo test --release --test read_only_views -- --nocapture
+cargo test --release --test cli read_commands_beside -- --nocapture
 echo "== fuzzing: ${fuzz_seconds}s per target"
 bash scripts/fuzz.sh "$fuzz_seconds"
