@@ -98,8 +98,13 @@ impl Log {
             "live positions must be sorted"
         );
         let dir = self.dir();
-        let next_path = segment_path(dir, through_id + 1);
-        let next_first_lsn = read_header(self.storage(), &next_path)?.first_lsn;
+        let next_first_lsn = match self.writer()?.uncreated_segment() {
+            // Its header does not exist yet; its first LSN is the one the writer will
+            // give it, the LSN the seal of `through_id` hands on. (If the writer creates
+            // it meanwhile, the header says the same.)
+            Some((id, first_lsn)) if id == through_id + 1 => first_lsn,
+            _ => read_header(self.storage(), &segment_path(dir, through_id + 1))?.first_lsn,
+        };
         let mut body = Vec::new();
         let mut moved = Vec::with_capacity(live.len());
         let mut first_lsn = None;
