@@ -528,3 +528,117 @@ fn a_crash_at_every_point_of_delete_before_write_compaction_loses_nothing() {
         "{points} points, {images} images"
     );
 }
+
+/// A disk whose final segment is sealed and has no successor, as a full disk leaves it
+/// (the rotation failed creating the next segment), and the contents it holds.
+fn sealed_final_segment() -> (SimStorage, Contents) {
+    let sim = SimStorage::new();
+    sim.record();
+    let store = sim_open(&sim).unwrap();
+    for i in 0..40 {
+        store.commit("a", &delta("a", i)).unwrap();
+    }
+    drop(store);
+    let ops = sim.take_recording();
+    let last_rotation = ops
+        .iter()
+        .rposition(
+            |op| matches!(op, SimOp::Create(p, _) if p.to_string_lossy().ends_with(".wal.tmp")),
+        )
+        .expect("a rotation");
+    // A process kill right before that segment was created: the seal is durable.
+    let disk = SimStorage::new();
+    ops[..last_rotation].iter().for_each(|op| disk.apply(op));
+    let store = sim_open(&disk.fork()).unwrap();
+    let contents = contents(&store).unwrap();
+    assert!(
+        contents["a"].0.last().unwrap().0 > 20,
+        "most commits are there"
+    );
+    (disk, contents)
+}
+
+#[test]
+fn reopening_a_sealed_final_segment_writes_nothing() {
+    let (disk, expected) = sealed_final_segment();
+    let before: Vec<PathBuf> = disk.volatile_image().files.into_keys().collect();
+    disk.record();
+    let store = sim_open(&disk).unwrap();
+    let ops = disk.take_recording();
+    let writes: Vec<String> = ops
+        .iter()
+        .filter_map(|op| match op {
+            SimOp::Create(path, _) => Some(format!("create {}", path.display())),
+            SimOp::Write(ino, at, data) => {
+                Some(format!("write {} bytes at {at} of inode {ino}", data.len()))
+            }
+            SimOp::Allocate(ino, len) => Some(format!("allocate inode {ino} to {len} bytes")),
+            _ => None,
+        })
+        .collect();
+    assert!(
+        writes.is_empty(),
+        "the open must need no space (a full disk), but it did: {writes:?}"
+    );
+    assert_eq!(contents(&store).unwrap(), expected);
+    let after: Vec<PathBuf> = disk.volatile_image().files.into_keys().collect();
+    assert_eq!(before, after, "the open created or removed files");
+    // The first append creates the next segment, and it holds.
+    let seq = store.commit("a", &delta("a", 1000)).unwrap();
+    drop(store);
+    let store = sim_open(&SimStorage::from_image(&disk.durable_image())).unwrap();
+    assert_eq!(store.load_latest("a").unwrap().map(|c| c.seq), Some(seq));
+}
+
+#[test]
+fn a_crash_while_the_first_append_creates_the_next_segment_loses_nothing() {
+    let (disk, before) = sealed_final_segment();
+    let store = sim_open(&disk).unwrap();
+    let start = disk.fork();
+    disk.record();
+    let d = delta("a", 1000);
+    let seq = store.commit("a", &d).unwrap();
+    let ops = disk.take_recording();
+    drop(store);
+    let mut with_new = before.clone();
+    let cps = &mut with_new.get_mut("a").unwrap().0;
+    let mut state = cps.last().unwrap().1.clone();
+    agentwal::State::apply(&mut state, &d);
+    cps.push((seq, state));
+    cps.remove(0); // keep_checkpoints: Some(2)
+
+    let replay = start.fork();
+    let mut images = 0;
+    for n in 0..=ops.len() {
+        let next = ops.get(n);
+        if next.is_none_or(SimOp::mutates) {
+            let kill = replay.fork();
+            let crashes = replay
+                .crash_images(n as u64, 4)
+                .map(|i| SimStorage::from_image(&i));
+            for (i, disk) in std::iter::once(kill).chain(crashes).enumerate() {
+                images += 1;
+                let what = format!("crash before op {n} ({next:?}), image {i}");
+                let store = sim_open(&disk).unwrap_or_else(|e| panic!("{what}: {e}"));
+                let got = contents(&store).unwrap_or_else(|e| panic!("{what}: {e}"));
+                // The commit had not returned: either outcome, but whole.
+                assert!(got == before || got == with_new, "{what}: {got:?}");
+                let seq = store.commit("a", &delta("a", 2000)).unwrap();
+                drop(store);
+                let again = sim_open(&SimStorage::from_image(&disk.durable_image())).unwrap();
+                assert_eq!(
+                    again.load_latest("a").unwrap().map(|c| c.seq),
+                    Some(seq),
+                    "{what}"
+                );
+            }
+        }
+        if let Some(op) = next {
+            replay.apply(op);
+        }
+    }
+    // Acknowledged: the disk after every operation holds it, even on a power loss.
+    let store = sim_open(&SimStorage::from_image(&replay.durable_image())).unwrap();
+    assert_eq!(contents(&store).unwrap(), with_new);
+    assert!(images > 10, "{images} images");
+}
