@@ -2,6 +2,10 @@
 //! one compacted segment that replaces the last of them, then deletes the rest.
 //!
 //! Crash safety, step by step (DESIGN.md, "Compaction"):
+//! 0. delete the leading segments that hold nothing live, lowest id first, fsyncing the
+//!    directory after each: a crash leaves a suffix of the log, which recovery accepts
+//!    as it is (the first segment present starts the log). This comes before anything is
+//!    written, so that a full disk gets the space the compacted segment needs.
 //! 1. write `<id>.wal.compact.tmp` (header flagged COMPACTED, the live records with their
 //!    original LSNs, a seal naming the next segment) and fsync it. A crash leaves a temp
 //!    file that the next open deletes: nothing changed.
@@ -98,8 +102,13 @@ impl Log {
             "live positions must be sorted"
         );
         let dir = self.dir();
-        let next_path = segment_path(dir, through_id + 1);
-        let next_first_lsn = read_header(self.storage(), &next_path)?.first_lsn;
+        let next_first_lsn = match self.writer()?.uncreated_segment() {
+            // Its header does not exist yet; its first LSN is the one the writer will
+            // give it, the LSN the seal of `through_id` hands on. (If the writer creates
+            // it meanwhile, the header says the same.)
+            Some((id, first_lsn)) if id == through_id + 1 => first_lsn,
+            _ => read_header(self.storage(), &segment_path(dir, through_id + 1))?.first_lsn,
+        };
         let mut body = Vec::new();
         let mut moved = Vec::with_capacity(live.len());
         let mut first_lsn = None;
@@ -182,6 +191,44 @@ impl Log {
             .store(true, std::sync::atomic::Ordering::Release);
         self.forget_maps(prepared.through_id);
         sync_dir(self.storage(), dir)
+    }
+
+    /// Step 0, before anything is written: deletes the segments with ids up to
+    /// `through_id`, which must hold no live record and must not include the segment a
+    /// compaction will replace, so that a full disk gets space back before the compacted
+    /// segment needs it. Returns the paths removed and their bytes.
+    ///
+    /// Crash safety: they go in ascending order, each deletion made durable (directory
+    /// fsync) before the next, so a crash leaves a suffix of the log (recovery accepts
+    /// any first segment) and never revives a lower segment once a higher one is gone:
+    /// that would break the chain, or bring superseded segments back if the one deleted
+    /// was the compacted segment that superseded them. DESIGN.md §6.4.
+    pub fn remove_dead_prefix(&self, through_id: u64) -> Result<(Vec<PathBuf>, u64)> {
+        let active = self.active_segment_id()?;
+        if through_id >= active {
+            return Err(Error::InvalidArgument(format!(
+                "segment {through_id} is not sealed (active segment is {active})"
+            )));
+        }
+        let mut removed = Vec::new();
+        let mut bytes = 0;
+        let storage = self.storage();
+        for (id, path) in list_segments(storage, self.dir())? {
+            if id > through_id {
+                break;
+            }
+            self.forget_maps(id);
+            bytes += storage
+                .open(&path, false)
+                .and_then(|f| f.len())
+                .unwrap_or(0);
+            storage
+                .remove(&path)
+                .map_err(|e| Error::io(format!("removing {}", path.display()), e))?;
+            sync_dir(storage, self.dir())?;
+            removed.push(path);
+        }
+        Ok((removed, bytes))
     }
 
     /// Gives up a prepared compaction (deletes its temporary file).

@@ -739,7 +739,7 @@ fn writer_start(
         Ok(WriterStart {
             storage: storage.clone(),
             dir: dir.to_path_buf(),
-            file,
+            file: Some(file),
             segment_id: id,
             write_pos: SEGMENT_HEADER_BYTES as u64,
             file_bytes: SEGMENT_HEADER_BYTES as u64 + prealloc,
@@ -750,7 +750,21 @@ fn writer_start(
     };
     match scan.segments.last() {
         None => fresh(1),
-        Some(last) if last.sealed => fresh(last.id + 1),
+        // The next segment is created at the first append, not here: an open must not
+        // need free space, or a full disk (whose last rotation failed after the seal)
+        // could never be opened to compact it. The seal is durable (fdatasynced above),
+        // so the log ends there until then, exactly as after a crash during rotation.
+        Some(last) if last.sealed => Ok(WriterStart {
+            storage: storage.clone(),
+            dir: dir.to_path_buf(),
+            file: None,
+            segment_id: last.id,
+            write_pos: last.data_end,
+            file_bytes: last.file_bytes,
+            zeroed_end: last.data_end,
+            next_lsn: scan.next_lsn,
+            segment_bytes,
+        }),
         Some(last) => reopen_tail(storage, dir, last, scan.next_lsn, segment_bytes),
     }
 }
@@ -786,7 +800,7 @@ fn reopen_tail(
     Ok(WriterStart {
         storage: storage.clone(),
         dir: dir.to_path_buf(),
-        file,
+        file: Some(file),
         segment_id: last.id,
         write_pos: last.data_end,
         // A segment written under a larger segment_bytes stays valid; the writer seals it

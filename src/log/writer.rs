@@ -118,8 +118,13 @@ struct Shared {
 struct Io {
     storage: Arc<dyn Storage>,
     dir: PathBuf,
-    file: Box<dyn StorageFile>,
+    /// The segment being appended to; `None` while segment `segment_id` is sealed and
+    /// its successor is not created yet (a log reopened after its final segment was
+    /// sealed: the successor is created at the first append, so an open needs no space).
+    file: Option<Box<dyn StorageFile>>,
     segment_id: u64,
+    /// While `file` is `None`: the LSN the seal of `segment_id` hands on.
+    sealed_next_lsn: u64,
     write_pos: u64,
     /// Bytes of the segment that are preallocated (the file's length).
     allocated_end: u64,
@@ -152,7 +157,9 @@ pub(crate) struct Counters {
 pub(crate) struct WriterStart {
     pub storage: Arc<dyn Storage>,
     pub dir: PathBuf,
-    pub file: Box<dyn StorageFile>,
+    /// `None`: segment `segment_id` is sealed (and durable); the first append creates
+    /// `segment_id + 1` with first LSN `next_lsn`.
+    pub file: Option<Box<dyn StorageFile>>,
     pub segment_id: u64,
     pub write_pos: u64,
     pub file_bytes: u64,
@@ -178,9 +185,14 @@ pub(crate) struct Writer {
 
 impl Writer {
     pub fn new(start: WriterStart, sync: SyncMode) -> Self {
+        let sealed = start.file.is_none();
         let tail = RecordPos {
             segment_id: start.segment_id,
-            offset: start.write_pos,
+            // A sealed segment takes no more records: the first one goes to the next.
+            offset: match sealed {
+                true => start.segment_bytes,
+                false => start.write_pos,
+            },
         };
         Writer {
             shared: Mutex::new(Shared {
@@ -202,6 +214,7 @@ impl Writer {
                 dir: start.dir,
                 file: start.file,
                 segment_id: start.segment_id,
+                sealed_next_lsn: start.next_lsn,
                 write_pos: start.write_pos,
                 allocated_end: start.file_bytes,
                 zeroed_end: start.zeroed_end.min(start.file_bytes).max(start.write_pos),
@@ -216,8 +229,18 @@ impl Writer {
             sync,
             segment_bytes: start.segment_bytes,
             counters: Counters::default(),
-            active_segment: AtomicU64::new(start.segment_id),
+            // Everything up to a sealed segment is sealed: compaction may take it.
+            active_segment: AtomicU64::new(start.segment_id + u64::from(sealed)),
         }
+    }
+
+    /// The segment the first append will create, and its first LSN, while it does not
+    /// exist yet (the log was reopened with its final segment sealed).
+    pub fn uncreated_segment(&self) -> Option<(u64, u64)> {
+        let io = self.io.lock();
+        io.file
+            .is_none()
+            .then_some((io.segment_id + 1, io.sealed_next_lsn))
     }
 
     /// Zeroes the space ahead of the tail, unless a previous writer did, and makes it
@@ -225,9 +248,13 @@ impl Writer {
     /// extent conversion) in their fsync.
     pub fn prepare(&self) -> Result<()> {
         let mut io = self.io.lock();
+        // Only within the space the segment holds already: an open must not need free
+        // space (a full disk is recovered by opening and compacting). Appends zero the
+        // rest when they get there.
+        let allocated = io.allocated_end;
         // Nothing to sync otherwise: the open fdatasynced the segment before it trusted
         // the recovered bytes (`writer_start`), and a torn-tail repair synced its zeros.
-        if io.zero_ahead(self)? > 0 {
+        if io.zero_ahead_within(allocated, self)? > 0 {
             io.sync(self)?;
         }
         Ok(())
@@ -483,7 +510,7 @@ impl Io {
         let end = self.write_pos + bytes.len() as u64;
         assert!(end <= self.segment_end, "write past the segment's end");
         self.allocate_through(end)?;
-        self.file
+        self.file()?
             .write_all_at(bytes, self.write_pos)
             .map_err(|e| self.err("writing", e))?;
         self.write_pos = end;
@@ -507,7 +534,7 @@ impl Io {
             .max(end)
             .min(self.segment_end);
         preallocate(
-            &*self.file,
+            self.file()?,
             self.allocated_end,
             grow_to - self.allocated_end,
         )
@@ -521,11 +548,19 @@ impl Io {
     /// are large enough not to bother. The zeros go only past `write_pos` and within the
     /// segment; the next fdatasync makes them durable. Returns the bytes of zeros written.
     fn zero_ahead(&mut self, w: &Writer) -> Result<u64> {
-        if !self.zeroing.zero_ahead() {
+        self.zero_ahead_within(self.segment_end, w)
+    }
+
+    /// [`zero_ahead`](Self::zero_ahead), but not past `limit`.
+    fn zero_ahead_within(&mut self, limit: u64, w: &Writer) -> Result<u64> {
+        // Sealed, successor not created yet: nothing to write ahead of.
+        if !self.zeroing.zero_ahead() || self.file.is_none() {
             return Ok(0);
         }
         let from = self.zeroed_end.max(self.write_pos);
-        let to = (self.write_pos + ZERO_AHEAD_MAX_BYTES).min(self.segment_end);
+        let to = (self.write_pos + ZERO_AHEAD_MAX_BYTES)
+            .min(self.segment_end)
+            .min(limit);
         if from >= to || from >= self.write_pos + ZERO_AHEAD_MIN_BYTES {
             return Ok(0);
         }
@@ -533,7 +568,7 @@ impl Io {
         let mut at = from;
         while at < to {
             let n = (to - at).min(ZEROS.len() as u64) as usize;
-            self.file
+            self.file()?
                 .write_all_at(&ZEROS[..n], at)
                 .map_err(|e| self.err("zeroing preallocated space in", e))?;
             at += n as u64;
@@ -554,40 +589,31 @@ impl Io {
     }
 
     fn sync(&mut self, w: &Writer) -> Result<()> {
-        self.file.sync_data().map_err(|e| self.err("fsyncing", e))?;
+        self.file()?
+            .sync_data()
+            .map_err(|e| self.err("fsyncing", e))?;
         w.counters.fsyncs.fetch_add(1, Ordering::Relaxed);
         self.synced_pos = self.write_pos;
         Ok(())
     }
 
-    /// Seals the current segment (seal record + fsync), then creates `next_id`.
+    /// Seals the current segment (seal record + fsync), unless it is sealed already, then
+    /// creates `next_id`.
     fn rotate(&mut self, next_id: u64, next_lsn: u64, w: &Writer) -> Result<()> {
         assert_eq!(
             next_id,
             self.segment_id + 1,
             "segments are created in order"
         );
-        let mut buf = std::mem::take(&mut self.buf);
-        buf.clear();
-        let mut flags = FLAG_BATCH_START | FLAG_BATCH_END;
-        if self.synced_pos == self.write_pos {
-            flags |= FLAG_DURABLE_BEFORE;
+        if self.file.is_some() {
+            self.seal(next_id, next_lsn, w)?;
+        } else {
+            // Sealed by an earlier writer, and made durable by this one's open.
+            debug_assert_eq!(next_lsn, self.sealed_next_lsn, "the seal's LSN comes next");
         }
-        let header = RecordHeader {
-            payload_len: SEAL_PAYLOAD_BYTES as u32,
-            lsn: next_lsn,
-            kind: KIND_SEAL,
-            flags,
-        };
-        let payload = next_id.to_le_bytes();
-        record::encode_into(&mut buf, &header, record::payload_crc(&payload), &payload);
-        // Nothing follows a seal: no zeroing ahead (nor preallocating for it).
-        let written = self.write_at_end(&buf, false, w);
-        self.buf = buf;
-        written?;
-        self.sync(w)?;
         let prealloc = PREALLOCATE_BYTES.min(self.segment_bytes) - SEGMENT_HEADER_BYTES as u64;
-        self.file = create_segment(&*self.storage, &self.dir, next_id, next_lsn, prealloc)?;
+        let file = create_segment(&*self.storage, &self.dir, next_id, next_lsn, prealloc)?;
+        self.file = Some(file);
         self.segment_id = next_id;
         self.segment_end = self.segment_bytes;
         self.write_pos = SEGMENT_HEADER_BYTES as u64;
@@ -606,6 +632,40 @@ impl Io {
             "rotated to a new segment"
         );
         Ok(())
+    }
+
+    /// Writes the seal record handing on `next_lsn` to `next_id`, and fdatasyncs it.
+    fn seal(&mut self, next_id: u64, next_lsn: u64, w: &Writer) -> Result<()> {
+        let mut buf = std::mem::take(&mut self.buf);
+        buf.clear();
+        let mut flags = FLAG_BATCH_START | FLAG_BATCH_END;
+        if self.synced_pos == self.write_pos {
+            flags |= FLAG_DURABLE_BEFORE;
+        }
+        let header = RecordHeader {
+            payload_len: SEAL_PAYLOAD_BYTES as u32,
+            lsn: next_lsn,
+            kind: KIND_SEAL,
+            flags,
+        };
+        let payload = next_id.to_le_bytes();
+        record::encode_into(&mut buf, &header, record::payload_crc(&payload), &payload);
+        // Nothing follows a seal: no zeroing ahead (nor preallocating for it).
+        let written = self.write_at_end(&buf, false, w);
+        self.buf = buf;
+        written?;
+        self.sync(w)
+    }
+
+    /// The segment being appended to. Absent only while the final segment is sealed and
+    /// its successor not yet created; nothing writes then until `rotate` creates it.
+    fn file(&self) -> Result<&dyn StorageFile> {
+        self.file.as_deref().ok_or_else(|| {
+            self.err(
+                "writing after the sealed",
+                std::io::Error::other("internal error: the next segment is not created"),
+            )
+        })
     }
 
     fn err(&self, what: &str, e: std::io::Error) -> Error {

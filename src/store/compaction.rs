@@ -96,6 +96,19 @@ pub(crate) fn run_pass(inner: &Inner, force: bool) -> Result<CompactionReport> {
     // could lose a deletion after compaction dropped the task's older records, and bring
     // the task back with only its newer ones: a state that never existed.
     log.flush()?;
+    // Whole segments with nothing live go first, before anything is written: on a full
+    // disk the compacted segment needs the space they free. Only a leading run of them
+    // (the log must stay a chain) and never `through` itself, which the compacted
+    // segment replaces (its seal carries the chain on to the active segment).
+    let dead_through = live
+        .positions
+        .first()
+        .map_or(through, |p| p.segment_id.saturating_sub(1))
+        .min(through.saturating_sub(1));
+    let (mut removed, mut removed_bytes) = (Vec::new(), 0);
+    if dead_through > 0 && no_entry_through(inner, dead_through) {
+        (removed, removed_bytes) = log.remove_dead_prefix(dead_through)?;
+    }
     let in_prefix: Vec<RecordPos> = live
         .positions
         .iter()
@@ -122,7 +135,9 @@ pub(crate) fn run_pass(inner: &Inner, force: bool) -> Result<CompactionReport> {
         }
         installed?;
     }
-    let (removed, removed_bytes) = log.remove_superseded(through)?;
+    let (superseded, superseded_bytes) = log.remove_superseded(through)?;
+    removed.extend(superseded);
+    removed_bytes += superseded_bytes;
     let replaced: u64 = sealed
         .iter()
         .filter(|(id, _)| *id == through)
@@ -174,6 +189,14 @@ fn choose_prefix(sealed: &[(u64, u64)], live: &LiveSet, force: bool) -> Option<u
         .count();
     let worth = prefix > 1 || (prefix == 1 && first_bytes > empty_compacted);
     (worth && before_live >= first).then_some(before_live)
+}
+
+/// Whether no index entry points into segments `<= through` (checked under the
+/// relocation lock, like [`unmoved_entry`]: nothing may be deleted that a load can still
+/// reach).
+fn no_entry_through(inner: &Inner, through: u64) -> bool {
+    let _relocating = inner.relocation.write();
+    unmoved_entry(&inner.index, &HashMap::new(), through).is_none()
 }
 
 /// An index entry inside the prefix that compaction did not copy, if any.

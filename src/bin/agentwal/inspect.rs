@@ -516,9 +516,16 @@ pub fn stats(dir: &Path, json: bool) -> Outcome {
     Ok(())
 }
 
-pub fn compact(dir: &Path, json: bool) -> Outcome {
+pub fn compact(
+    dir: &Path,
+    keep_checkpoints: Option<u32>,
+    max_age_secs: Option<u64>,
+    json: bool,
+) -> Outcome {
     let options = Options {
         auto_compact: false,
+        keep_checkpoints,
+        max_age: max_age_secs.map(std::time::Duration::from_secs),
         ..Options::default()
     };
     // Refuse anything but an existing store: compact must never create one.

@@ -81,10 +81,19 @@ enum Command {
         /// The store directory.
         dir: PathBuf,
     },
-    /// Compact the store now (needs the writer lock).
+    /// Compact the store now (needs the writer lock). Works on a full disk: segments
+    /// with nothing live are deleted before anything is written.
     Compact {
         /// The store directory.
         dir: PathBuf,
+        /// Retention to apply first: keep the latest N checkpoints of each task (the
+        /// store's `keep_checkpoints`). Without it every checkpoint is kept.
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+        keep_checkpoints: Option<u32>,
+        /// Retention to apply first: keep checkpoints younger than this many seconds (the
+        /// store's `max_age`; the latest is always kept).
+        #[arg(long, value_name = "SECONDS")]
+        max_age_secs: Option<u64>,
     },
 }
 
@@ -130,7 +139,11 @@ fn main() -> ExitCode {
         Command::Verify { dir } => inspect::verify(&dir, json),
         Command::Dump { dir, segment } => inspect::dump(&dir, segment, json),
         Command::Stats { dir } => inspect::stats(&dir, json),
-        Command::Compact { dir } => inspect::compact(&dir, json),
+        Command::Compact {
+            dir,
+            keep_checkpoints,
+            max_age_secs,
+        } => inspect::compact(&dir, keep_checkpoints, max_age_secs, json),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
