@@ -27,7 +27,10 @@ fn options() -> Options {
 /// Step `i` of task `task`: what the fixture's commits hold.
 fn step(task: &str, i: i64) -> AgentDelta {
     AgentDelta::default()
-        .message(Message::assistant(format!("{task} step {i}: {}", "z".repeat(120))))
+        .message(Message::assistant(format!(
+            "{task} step {i}: {}",
+            "z".repeat(120)
+        )))
         .set("step", i)
         .set("ratio", Value::Float(i as f64 / 4.0))
 }
@@ -59,7 +62,9 @@ fn write_v1_fixture() {
         .begin_call("alpha", "c1", "search", b"q=1")
         .expect("begin");
     store.finish_call("alpha", "c1", b"found").expect("finish");
-    store.begin_call("alpha", "c2", "email", b"to=x").expect("begin");
+    store
+        .begin_call("alpha", "c2", "email", b"to=x")
+        .expect("begin");
     store.fork("alpha", 10, "fork").expect("fork");
     store.delete_task("beta").expect("delete");
     store.compact().expect("compact");
@@ -119,7 +124,10 @@ fn a_store_written_by_format_version_1_takes_new_commits() {
     }
     let store: Store = Store::open_with(dir.path(), options()).expect("open for writing");
     check(&store);
-    assert_eq!(store.commit("alpha", &step("alpha", 31)).expect("commit"), 31);
+    assert_eq!(
+        store.commit("alpha", &step("alpha", 31)).expect("commit"),
+        31
+    );
     store.compact().expect("compact");
     drop(store);
     let store: Store = Store::open_with(dir.path(), options()).expect("reopen");

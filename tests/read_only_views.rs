@@ -463,28 +463,63 @@ fn mapped_and_open_segments_stay_readable_after_compaction() {
     })
     .expect("open read-only");
     assert_eq!(seen, appended.iter().map(|(p, _)| *p).collect::<Vec<_>>());
-    let active = writer.active_segment_id().expect("active");
+    // Keep one record of the first segment; everything else the writer sealed goes.
+    let hooks = KeepOnly {
+        lock: parking_lot::RwLock::new(()),
+        keep: appended[0].0,
+        kept: Mutex::new(None),
+    };
+    let done = writer
+        .compact(true, &hooks)
+        .expect("compact")
+        .expect("a pass ran");
     assert!(
-        active >= 3,
+        done.removed.len() >= 2,
         "the test needs sealed segments of more than 1 MiB"
     );
-    // Keep one record of the first segment; everything else below `active` goes.
-    let through = active - 1;
-    let prepared = writer
-        .prepare_compaction(through, &[appended[0].0])
-        .expect("prepare");
-    writer.install_compaction(&prepared).expect("install");
-    writer.remove_superseded(through).expect("remove");
+    assert!(hooks.kept.lock().is_some(), "the kept record moved");
     for (pos, i) in &appended {
         let read = reader.read(*pos).expect("a pinned segment reads");
         assert_eq!(read, payload(*i), "record {i} at {pos:?}");
     }
     let elsewhere = RecordPos {
-        segment_id: active + 10,
+        segment_id: 1 << 40,
         offset: 40,
     };
     assert!(matches!(
         reader.read(elsewhere),
         Err(agentwal::Error::StoreChanged { .. })
     ));
+}
+
+/// Compaction hooks of an index that holds one record.
+struct KeepOnly {
+    lock: parking_lot::RwLock<()>,
+    keep: agentwal::log::RecordPos,
+    kept: Mutex<Option<agentwal::log::RecordPos>>,
+}
+
+impl agentwal::log::CompactionHooks for KeepOnly {
+    fn positions_lock(&self) -> &parking_lot::RwLock<()> {
+        &self.lock
+    }
+    fn live_records(
+        &self,
+        sealed: &dyn Fn(agentwal::log::RecordPos) -> bool,
+    ) -> (Vec<agentwal::log::RecordPos>, u64) {
+        (
+            vec![self.keep].into_iter().filter(|p| sealed(*p)).collect(),
+            0,
+        )
+    }
+    fn orphan(
+        &self,
+        vanishes: &dyn Fn(agentwal::log::RecordPos) -> bool,
+        moved: &HashMap<agentwal::log::RecordPos, agentwal::log::RecordPos>,
+    ) -> Option<agentwal::log::RecordPos> {
+        (vanishes(self.keep) && !moved.contains_key(&self.keep)).then_some(self.keep)
+    }
+    fn remap(&self, moved: &HashMap<agentwal::log::RecordPos, agentwal::log::RecordPos>) {
+        *self.kept.lock() = moved.get(&self.keep).copied();
+    }
 }

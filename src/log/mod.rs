@@ -37,7 +37,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::RwLock;
 
-pub use compact::PreparedCompaction;
+pub use compact::{COMPACTION_DEAD_BYTES_MIN, CompactionHooks, LogCompaction};
 pub use recovery::{LogRecovery, SkippedRange};
 
 use self::format::*;
@@ -117,6 +117,8 @@ pub struct RecordRef<'a> {
     pub kind: u8,
     /// The payload.
     pub payload: &'a [u8],
+    /// The segment file holding it: what an error about this record names.
+    pub segment: &'a Path,
 }
 
 impl RecordRef<'_> {
@@ -127,6 +129,22 @@ impl RecordRef<'_> {
             offset: self.offset,
         }
     }
+
+    /// Bytes the record takes in the log, header included.
+    pub fn bytes(&self) -> u32 {
+        record_bytes(self.payload.len())
+    }
+}
+
+/// Bytes a record with `payload_bytes` of payload takes in the log. Payloads are limited
+/// to less than `SEGMENT_BYTES_MAX` (2 GiB), so this fits.
+fn record_bytes(payload_bytes: usize) -> u32 {
+    let bytes = RECORD_HEADER_BYTES + payload_bytes;
+    assert!(
+        bytes as u64 <= SEGMENT_BYTES_MAX,
+        "record larger than a segment"
+    );
+    bytes as u32
 }
 
 /// What `append` returns.
@@ -136,6 +154,8 @@ pub struct Appended {
     pub lsn: u64,
     /// The record's position (for [`Log::read`]).
     pub pos: RecordPos,
+    /// Bytes the record takes in the log, header included.
+    pub bytes: u32,
 }
 
 /// Counters of a log handle.
@@ -308,7 +328,11 @@ impl Log {
             )));
         }
         let (lsn, pos) = writer.append(kind, payload)?;
-        Ok(Appended { lsn, pos })
+        Ok(Appended {
+            lsn,
+            pos,
+            bytes: record_bytes(payload.len()),
+        })
     }
 
     /// Makes every record appended so far durable (a no-op cost under `SyncMode::Always`).
@@ -362,6 +386,25 @@ impl Log {
             &mut visit,
         )
         .map(|_| ())
+    }
+
+    /// The file holding the record at `pos`, for naming it in an error.
+    pub fn path_of(&self, pos: RecordPos) -> PathBuf {
+        segment_path(&self.inner.dir, pos.segment_id)
+    }
+
+    /// Salvage: what is left of the record at the start of a range recovery skipped, if
+    /// its header still parses: its kind and the bytes after the header (cut off at the
+    /// range's end, the checksum unchecked). A damaged record's leading fields often
+    /// survive, which lets a report name what was lost. Best effort: `None` otherwise.
+    pub fn skipped_record(&self, range: &SkippedRange) -> Option<(u8, Vec<u8>)> {
+        let file = self.inner.storage.open(&range.segment, false).ok()?;
+        let len = usize::try_from(range.bytes).ok()?;
+        let mut region = vec![0u8; len];
+        file.read_exact_at(&mut region, range.offset).ok()?;
+        let header = record::parse_header(&region).ok()?;
+        region.drain(..RECORD_HEADER_BYTES.min(region.len()));
+        Some((header.kind, region))
     }
 
     /// What recovery found when this handle opened.
@@ -459,7 +502,7 @@ fn holds_record(view: &FileView, offset: u64) -> bool {
 }
 
 /// Decodes the record at `pos` inside the whole segment `segment`.
-fn decode_in<'a>(segment: &'a [u8], pos: RecordPos, path: &Path) -> Result<RecordRef<'a>> {
+fn decode_in<'a>(segment: &'a [u8], pos: RecordPos, path: &'a Path) -> Result<RecordRef<'a>> {
     let bytes = usize::try_from(pos.offset)
         .ok()
         .and_then(|at| segment.get(at..))
@@ -491,7 +534,7 @@ fn read_from_file<T>(
     f(decode_at(&buf, pos, path)?)
 }
 
-fn decode_at<'a>(bytes: &'a [u8], pos: RecordPos, path: &Path) -> Result<RecordRef<'a>> {
+fn decode_at<'a>(bytes: &'a [u8], pos: RecordPos, path: &'a Path) -> Result<RecordRef<'a>> {
     let (h, payload) = record::decode(bytes).map_err(|e| decode_error(e, pos, path))?;
     if h.kind == KIND_SEAL {
         return Err(Error::Corruption {
@@ -506,6 +549,7 @@ fn decode_at<'a>(bytes: &'a [u8], pos: RecordPos, path: &Path) -> Result<RecordR
         lsn: h.lsn,
         kind: h.kind,
         payload,
+        segment: path,
     })
 }
 
@@ -683,6 +727,7 @@ fn scan_read_only(
                         lsn: *lsn,
                         kind: *kind,
                         payload,
+                        segment: &segment_path(dir, pos.segment_id),
                     })?;
                 }
                 return Ok(scan);

@@ -320,6 +320,7 @@ fn scan_segment(
 ) -> Result<(SegmentState, u64)> {
     let mut cursor = Cursor {
         buf,
+        path,
         pos: SEGMENT_HEADER_BYTES,
         next_lsn: header.first_lsn,
         committed_end: SEGMENT_HEADER_BYTES,
@@ -421,6 +422,8 @@ fn corrupt(path: &Path, offset: u64, reason: CorruptionReason) -> Error {
 /// Walks the records of one segment, delivering complete batches.
 struct Cursor<'a> {
     buf: &'a [u8],
+    /// The segment file `buf` holds.
+    path: &'a Path,
     pos: usize,
     next_lsn: u64,
     /// End of the last complete batch.
@@ -518,6 +521,7 @@ impl Cursor<'_> {
                 lsn: h.lsn,
                 kind: h.kind,
                 payload: &self.buf[start..start + h.payload_len as usize],
+                segment: self.path,
             })?;
             report.records += 1;
             report.bytes += h.record_bytes();

@@ -182,9 +182,8 @@ impl<S: State> Store<S> {
         pos: RecordPos,
         f: impl FnOnce(Decoded<'_>) -> Option<T>,
     ) -> Result<T> {
-        let dir = self.inner.log.dir();
         self.inner.log.read_with(pos, |rec| {
-            let decoded = codec::decode(dir, &rec)?;
+            let decoded = codec::decode(&rec)?;
             let found = match &decoded {
                 Decoded::CallBegin(b) => Some((b.task, b.call_id)),
                 Decoded::CallFinish(f) => Some((f.task, f.call_id)),
@@ -194,11 +193,11 @@ impl<S: State> Store<S> {
                 let why = format!(
                     "index of call {call_id:?} of task {task:?} points at another record ({found:?})"
                 );
-                return Err(codec::decode_error(dir, &rec, why));
+                return Err(codec::decode_error(&rec, why));
             }
             f(decoded).ok_or_else(|| {
                 let why = format!("index of call {call_id:?} of task {task:?} points at the wrong kind of record");
-                codec::decode_error(dir, &rec, why)
+                codec::decode_error(&rec, why)
             })
         })
     }

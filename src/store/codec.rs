@@ -4,7 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
-use crate::log::{RecordRef, segment::segment_path};
+use crate::log::RecordRef;
 
 /// Log kind of a checkpoint (a delta or a full snapshot).
 pub(crate) const KIND_CHECKPOINT: u8 = 1;
@@ -105,8 +105,8 @@ pub(crate) struct CheckpointHead<'a> {
     pub seq: u64,
 }
 
-/// Decodes a store record read from the log in `dir`.
-pub(crate) fn decode<'a>(dir: &std::path::Path, rec: &RecordRef<'a>) -> Result<Decoded<'a>> {
+/// Decodes a store record read from the log.
+pub(crate) fn decode<'a>(rec: &RecordRef<'a>) -> Result<Decoded<'a>> {
     let p = rec.payload;
     let decoded = match rec.kind {
         KIND_CHECKPOINT => postcard::from_bytes(p).map(Decoded::Checkpoint),
@@ -115,13 +115,12 @@ pub(crate) fn decode<'a>(dir: &std::path::Path, rec: &RecordRef<'a>) -> Result<D
         KIND_DELETE => postcard::from_bytes(p).map(Decoded::Delete),
         other => {
             return Err(decode_error(
-                dir,
                 rec,
                 format!("unknown store record kind {other}"),
             ));
         }
     };
-    decoded.map_err(|e| decode_error(dir, rec, e.to_string()))
+    decoded.map_err(|e| decode_error(rec, e.to_string()))
 }
 
 /// Encodes a record payload.
@@ -144,6 +143,9 @@ fn encode_into<T: Serialize>(rec: &T, buf: Vec<u8>) -> Result<Vec<u8>> {
 /// Bytes a checkpoint record's payload may take beyond its task id, origin task id and
 /// body: the varints (lengths, seqs, time, schema version) and the enum tags.
 pub(crate) const CHECKPOINT_FIXED_BYTES_MAX: usize = 64;
+/// Slack a snapshot keeps below the log's payload limit beyond its own fields, so that a
+/// state near the limit is left to deltas rather than refused as a record that is too large.
+pub(crate) const SNAPSHOT_MARGIN_BYTES: u64 = 40;
 
 /// Encodes a checkpoint record into a buffer sized for it up front: a snapshot body can be
 /// megabytes, and growing a buffer by doubling would copy it about twice more.
@@ -182,9 +184,9 @@ pub(crate) fn with_encoded<T: Serialize, R>(
 }
 
 /// An undecodable payload at `rec`'s position.
-pub(crate) fn decode_error(dir: &std::path::Path, rec: &RecordRef<'_>, reason: String) -> Error {
+pub(crate) fn decode_error(rec: &RecordRef<'_>, reason: String) -> Error {
     Error::Decode {
-        segment: segment_path(dir, rec.segment_id),
+        segment: rec.segment.to_path_buf(),
         offset: rec.offset,
         reason,
     }

@@ -129,7 +129,7 @@ pub fn describe_record(rec: &RecordRef<'_>) -> RecordSummary {
         seq,
         detail,
     };
-    match codec::decode(std::path::Path::new(""), rec) {
+    match codec::decode(rec) {
         Ok(Decoded::Checkpoint(c)) => {
             let kind = if c.body_kind == Body::Snapshot {
                 "snapshot"
@@ -229,7 +229,6 @@ impl<S: State> Store<S> {
     /// needs nothing of `S`: a store written with any state type verifies.
     pub fn verify_with(&self, bodies: BodyCheck) -> Result<VerifyReport> {
         let mut report = VerifyReport::default();
-        let dir = self.inner.log.dir();
         for task in self.tasks()? {
             let Some(slot) = self.inner.index.get(&task) else {
                 continue;
@@ -251,20 +250,20 @@ impl<S: State> Store<S> {
             };
             for (seq, cp) in (first_seq..).zip(&checkpoints) {
                 self.inner.log.read_with(cp.pos, |rec| {
-                    let c = super::indexed_checkpoint(dir, &rec, &task, seq)?;
+                    let c = super::indexed_checkpoint(&rec, &task, seq)?;
                     if (c.body_kind == Body::Snapshot) != cp.snapshot {
                         let why = format!(
                             "index of task {task:?} seq {seq} expects a {} and the record is a {:?}",
                             if cp.snapshot { "Snapshot" } else { "Delta" },
                             c.body_kind
                         );
-                        return Err(codec::decode_error(dir, &rec, why));
+                        return Err(codec::decode_error(&rec, why));
                     }
                     if bodies == BodyCheck::Skip {
                         report.not_decoded(c.schema_version, || "not asked to decode".into());
                         return Ok(());
                     }
-                    match super::decode_body::<S>(dir, &rec, &c) {
+                    match super::decode_body::<S>(&rec, &c) {
                         Ok(_) => report.bodies_decoded += 1,
                         Err(e) if bodies == BodyCheck::Try => {
                             report.not_decoded(c.schema_version, || e.to_string());

@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-pub use compaction::COMPACTION_DEAD_BYTES_MIN;
+pub use crate::log::COMPACTION_DEAD_BYTES_MIN;
 pub use inspect::{
     BodyCheck, CallInfo, RecordSummary, TaskInfo, UndecodedBodies, VerifyReport, describe_record,
 };
@@ -26,8 +26,6 @@ use self::codec::{Body, CheckpointRec, DeleteRec, Origin};
 use self::index::{CpEntry, Index, TaskData, TaskSlot};
 use crate::background::Periodic;
 use crate::error::{CorruptionReason, Error, Result};
-use crate::log::format::RECORD_HEADER_BYTES;
-use crate::log::segment::segment_path;
 use crate::log::{Log, RecordPos, RecordRef, RecoveryMode};
 use crate::state::{AgentState, State};
 use crate::storage::{RealStorage, Storage};
@@ -104,7 +102,7 @@ impl<S: State> Store<S> {
         options: Options,
     ) -> Result<Self> {
         let dir = dir.as_ref();
-        Self::recover(dir, options, |visit| {
+        Self::recover(options, |visit| {
             Log::open_on(storage, dir, options.log_options(), visit)
         })
     }
@@ -130,13 +128,12 @@ impl<S: State> Store<S> {
         options: Options,
     ) -> Result<Self> {
         let dir = dir.as_ref();
-        Self::recover(dir, options, |visit| {
+        Self::recover(options, |visit| {
             Log::open_read_only_on(storage, dir, options.log_options(), visit)
         })
     }
 
     fn recover(
-        dir: &Path,
         options: Options,
         open: impl FnOnce(&mut dyn FnMut(RecordRef<'_>) -> Result<()>) -> Result<Log>,
     ) -> Result<Self> {
@@ -144,7 +141,7 @@ impl<S: State> Store<S> {
         let started = Instant::now();
         let index = Index::new(S::VERSION);
         let salvage = options.recovery == RecoveryMode::Salvage;
-        let mut replayer = replay::Replayer::new(dir, &index, salvage);
+        let mut replayer = replay::Replayer::new(&index, salvage);
         let log = open(&mut |rec| replayer.visit(rec))?;
         let mut lost = replayer.finish()?;
         if salvage {
@@ -327,7 +324,7 @@ impl<S: State> Store<S> {
         // accumulating deltas, and with them the estimate).
         let bytes = codec::encode_with_capacity(state, estimate_bytes.min(limit) as usize)?;
         // A snapshot too big for a segment is skipped: the delta alone still commits.
-        let overhead = 2 * crate::log::format::RECORD_HEADER_BYTES as u64
+        let overhead = codec::SNAPSHOT_MARGIN_BYTES
             + task.len() as u64
             + codec::CHECKPOINT_FIXED_BYTES_MAX as u64;
         Ok((bytes.len() as u64 + overhead <= limit).then_some(bytes))
@@ -357,14 +354,13 @@ impl<S: State> Store<S> {
         // then knows every durable record below the active segment is indexed.
         let _indexing = self.inner.relocation.read();
         let appended = self.inner.log.append(kind, &payload)?;
-        let bytes = (RECORD_HEADER_BYTES + payload.len()) as u32;
-        self.apply_live(&rec, appended.pos, bytes)
+        self.apply_live(&rec, appended.pos, appended.bytes)
     }
 
     /// Applies a record this handle just made durable to the index.
     fn apply_live(&self, rec: &codec::Decoded<'_>, pos: RecordPos, bytes: u32) -> Result<()> {
         replay::apply(&self.inner.index, rec, pos, bytes).map_err(|why| Error::Corruption {
-            segment: segment_path(self.inner.log.dir(), pos.segment_id),
+            segment: self.inner.log.path_of(pos),
             offset: pos.offset,
             reason: CorruptionReason::Inconsistent(why),
         })
@@ -502,10 +498,9 @@ impl<S: State> Store<S> {
     /// migrating data written under another schema version. A record at `pos` that is not
     /// that checkpoint is an error, never a state.
     fn read_body(&self, task: &str, seq: u64, pos: RecordPos) -> Result<DecodedBody<S>> {
-        let dir = self.inner.log.dir();
         self.inner.log.read_with(pos, |rec| {
-            let c = indexed_checkpoint(dir, &rec, task, seq)?;
-            decode_body(dir, &rec, &c)
+            let c = indexed_checkpoint(&rec, task, seq)?;
+            decode_body(&rec, &c)
         })
     }
 
@@ -708,37 +703,28 @@ impl<S: State> Store<S> {
 
 /// The checkpoint record `rec`, which the index of `task` points at for `seq`; an error if
 /// the record is not that checkpoint.
-fn indexed_checkpoint<'a>(
-    dir: &Path,
-    rec: &RecordRef<'a>,
-    task: &str,
-    seq: u64,
-) -> Result<CheckpointRec<'a>> {
-    let codec::Decoded::Checkpoint(c) = codec::decode(dir, rec)? else {
+fn indexed_checkpoint<'a>(rec: &RecordRef<'a>, task: &str, seq: u64) -> Result<CheckpointRec<'a>> {
+    let codec::Decoded::Checkpoint(c) = codec::decode(rec)? else {
         let why = "index points at a non-checkpoint record".into();
-        return Err(codec::decode_error(dir, rec, why));
+        return Err(codec::decode_error(rec, why));
     };
     if (c.task, c.seq) != (task, seq) {
         let why = format!(
             "index of task {task:?} seq {seq} points at seq {} of {:?}",
             c.seq, c.task
         );
-        return Err(codec::decode_error(dir, rec, why));
+        return Err(codec::decode_error(rec, why));
     }
     Ok(c)
 }
 
 /// Decodes the body of checkpoint `c` (read at `rec`) as `S` or `S::Delta`, migrating data
 /// written under another schema version. Reads nothing: every error is about the body.
-fn decode_body<S: State>(
-    dir: &Path,
-    rec: &RecordRef<'_>,
-    c: &CheckpointRec<'_>,
-) -> Result<DecodedBody<S>> {
+fn decode_body<S: State>(rec: &RecordRef<'_>, c: &CheckpointRec<'_>) -> Result<DecodedBody<S>> {
     // The record checked out before this point, so a body that does not decode is not
     // damage (see `Error::BodyDecode`).
     let bad = |e: postcard::Error| Error::BodyDecode {
-        segment: segment_path(dir, rec.segment_id),
+        segment: rec.segment.to_path_buf(),
         offset: rec.offset,
         task: c.task.to_string(),
         seq: c.seq,

@@ -2,14 +2,11 @@
 //! through [`apply`], so a reopened store holds exactly what the running one held.
 
 use std::collections::HashMap;
-use std::path::Path;
 
 use super::LostCheckpoints;
 use super::codec::{self, Decoded};
 use super::index::{CallEntry, CpEntry, Index};
 use crate::error::{CorruptionReason, Error, Result};
-use crate::log::format::RECORD_HEADER_BYTES;
-use crate::log::segment::segment_path;
 use crate::log::{RecordPos, RecordRef};
 
 /// Rebuilds the index from the log on open.
@@ -21,7 +18,6 @@ use crate::log::{RecordPos, RecordRef};
 /// reported as corruption (or, under salvage, the task keeps its intact prefix and the
 /// rest is reported lost).
 pub(crate) struct Replayer<'a> {
-    dir: &'a Path,
     index: &'a Index,
     salvage: bool,
     suspects: HashMap<String, Error>,
@@ -29,9 +25,8 @@ pub(crate) struct Replayer<'a> {
 }
 
 impl<'a> Replayer<'a> {
-    pub fn new(dir: &'a Path, index: &'a Index, salvage: bool) -> Self {
+    pub fn new(index: &'a Index, salvage: bool) -> Self {
         Replayer {
-            dir,
             index,
             salvage,
             suspects: HashMap::new(),
@@ -41,7 +36,7 @@ impl<'a> Replayer<'a> {
 
     /// Applies one recovered record.
     pub fn visit(&mut self, rec: RecordRef<'_>) -> Result<()> {
-        let decoded = match codec::decode(self.dir, &rec) {
+        let decoded = match codec::decode(&rec) {
             Ok(d) => d,
             Err(_) if self.salvage => return Ok(()),
             Err(e) => return Err(e),
@@ -53,13 +48,12 @@ impl<'a> Replayer<'a> {
             self.note_lost_record(&decoded);
             return Ok(());
         }
-        let bytes = (RECORD_HEADER_BYTES + rec.payload.len()) as u32;
-        if let Err(why) = apply(self.index, &decoded, rec.pos(), bytes) {
+        if let Err(why) = apply(self.index, &decoded, rec.pos(), rec.bytes()) {
             // A rejected first record of a task would otherwise leave its empty slot.
             self.index.remove_if_unused(task);
             self.note_lost_record(&decoded);
             let error = Error::Corruption {
-                segment: segment_path(self.dir, rec.segment_id),
+                segment: rec.segment.to_path_buf(),
                 offset: rec.offset,
                 reason: CorruptionReason::Inconsistent(why),
             };

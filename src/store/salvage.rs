@@ -5,33 +5,16 @@ use super::codec::{CheckpointHead, KIND_CHECKPOINT};
 use super::index::Index;
 use super::replay::note_lost;
 use crate::log::Log;
-use crate::log::format::RECORD_HEADER_BYTES;
-use crate::log::record::parse_header;
 
 /// Names the checkpoints held by corrupt ranges the log skipped: a damaged record's
 /// header and leading fields (task, seq) often survive the damage. Best effort: a range
 /// whose record is unreadable is reported only as a skipped range.
 pub(crate) fn name_skipped_checkpoints(log: &Log, index: &Index, lost: &mut Vec<LostCheckpoints>) {
     for range in &log.recovery().skipped {
-        let read = log
-            .storage()
-            .open(&range.segment, false)
-            .and_then(|f| f.read_all());
-        let Ok(bytes) = read else {
+        let Some((KIND_CHECKPOINT, payload)) = log.skipped_record(range) else {
             continue;
         };
-        let start = range.offset as usize;
-        let Some(region) = bytes.get(start..start + range.bytes as usize) else {
-            continue;
-        };
-        let Ok(header) = parse_header(region) else {
-            continue;
-        };
-        if header.kind != KIND_CHECKPOINT {
-            continue;
-        }
-        let payload = &region[RECORD_HEADER_BYTES.min(region.len())..];
-        let Ok((head, _)) = postcard::take_from_bytes::<CheckpointHead<'_>>(payload) else {
+        let Ok((head, _)) = postcard::take_from_bytes::<CheckpointHead<'_>>(&payload) else {
             continue;
         };
         let latest = index

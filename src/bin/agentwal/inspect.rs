@@ -292,7 +292,7 @@ pub fn verify(dir: &Path, json: bool) -> Outcome {
                 s.first_lsn = rec.lsn;
             }
             s.records += 1;
-            s.bytes += (agentwal::log::format::RECORD_HEADER_BYTES + rec.payload.len()) as u64;
+            s.bytes += u64::from(rec.bytes());
             s.last_lsn = rec.lsn;
             Ok(())
         })

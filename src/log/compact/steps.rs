@@ -1,5 +1,6 @@
-//! Log-level compaction: rewrites the live records of a prefix of sealed segments into
-//! one compacted segment that replaces the last of them, then deletes the rest.
+//! The file steps of a compaction pass (`super` runs them in this order): rewrite the live
+//! records of a prefix of sealed segments into one compacted segment that replaces the
+//! last of them, then delete the rest.
 //!
 //! Crash safety, step by step (DESIGN.md, "Compaction"):
 //! 0. delete the leading segments that hold nothing live, lowest id first, fsyncing the
@@ -17,23 +18,23 @@
 
 use std::path::PathBuf;
 
-use super::format::*;
-use super::record::{self, RecordHeader};
-use super::segment::{SegmentHeader, list_segments, segment_path, sync_dir};
-use super::{Log, RecordPos};
 use crate::error::{Error, Result};
+use crate::log::format::*;
+use crate::log::record::{self, RecordHeader};
+use crate::log::segment::{SegmentHeader, list_segments, segment_path, sync_dir};
+use crate::log::{Log, RecordPos};
 use crate::storage::Storage;
 
 /// A compacted segment written and fsynced, not yet installed.
 #[derive(Debug)]
-pub struct PreparedCompaction {
+pub(super) struct PreparedCompaction {
     /// The segment it replaces; all lower ids are superseded once installed.
-    pub through_id: u64,
+    pub(super) through_id: u64,
     tmp: PathBuf,
     /// Old position → new position of every live record copied.
-    pub moved: Vec<(RecordPos, RecordPos)>,
+    pub(super) moved: Vec<(RecordPos, RecordPos)>,
     /// Bytes of the compacted segment.
-    pub bytes: u64,
+    pub(super) bytes: u64,
     /// Set once the rename put it in place (even if making that durable then failed).
     installed: std::sync::atomic::AtomicBool,
 }
@@ -42,7 +43,7 @@ impl PreparedCompaction {
     /// Whether [`Log::install_compaction`] renamed it into place. After an error this
     /// tells whether the old positions are already gone (the directory fsync failed)
     /// or nothing changed (the rename failed).
-    pub fn is_installed(&self) -> bool {
+    pub(super) fn is_installed(&self) -> bool {
         self.installed.load(std::sync::atomic::Ordering::Acquire)
     }
 }
@@ -86,7 +87,7 @@ impl Log {
 
     /// Step 1: copies the records at `live` (positions in segments `<= through_id`, in log
     /// order) into a fsynced temporary compacted segment.
-    pub fn prepare_compaction(
+    pub(super) fn prepare_compaction(
         &self,
         through_id: u64,
         live: &[RecordPos],
@@ -177,7 +178,7 @@ impl Log {
     /// invalid: the caller must switch to `moved` before anyone reads them again. That
     /// holds after an error too if [`PreparedCompaction::is_installed`] (the rename
     /// happened and only the directory fsync failed).
-    pub fn install_compaction(&self, prepared: &PreparedCompaction) -> Result<()> {
+    pub(super) fn install_compaction(&self, prepared: &PreparedCompaction) -> Result<()> {
         let dir = self.dir();
         let target = segment_path(dir, prepared.through_id);
         self.storage().rename(&prepared.tmp, &target).map_err(|e| {
@@ -203,7 +204,7 @@ impl Log {
     /// any first segment) and never revives a lower segment once a higher one is gone:
     /// that would break the chain, or bring superseded segments back if the one deleted
     /// was the compacted segment that superseded them. DESIGN.md §6.4.
-    pub fn remove_dead_prefix(&self, through_id: u64) -> Result<(Vec<PathBuf>, u64)> {
+    pub(super) fn remove_dead_prefix(&self, through_id: u64) -> Result<(Vec<PathBuf>, u64)> {
         let active = self.active_segment_id()?;
         if through_id >= active {
             return Err(Error::InvalidArgument(format!(
@@ -232,13 +233,13 @@ impl Log {
     }
 
     /// Gives up a prepared compaction (deletes its temporary file).
-    pub fn abandon_compaction(&self, prepared: &PreparedCompaction) {
+    pub(super) fn abandon_compaction(&self, prepared: &PreparedCompaction) {
         let _ = self.storage().remove(&prepared.tmp);
     }
 
     /// Step 3: deletes the segments superseded by the compacted `through_id`; returns the
     /// paths removed and their bytes.
-    pub fn remove_superseded(&self, through_id: u64) -> Result<(Vec<PathBuf>, u64)> {
+    pub(super) fn remove_superseded(&self, through_id: u64) -> Result<(Vec<PathBuf>, u64)> {
         let mut removed = Vec::new();
         let mut bytes = 0;
         let storage = self.storage();

@@ -1,0 +1,176 @@
+//! Compaction of the log: one pass ([`Log::compact`]) decides which prefix of sealed
+//! segments to rewrite, and runs the crash-safe file steps of [`steps`] in their order,
+//! calling back into the layer that indexes the records ([`CompactionHooks`]) where the
+//! positions it holds change. That layer decides what is live (retention); the log
+//! decides everything about segments.
+
+mod steps;
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+
+use parking_lot::RwLock;
+
+use super::format::{SEAL_RECORD_BYTES, SEGMENT_HEADER_BYTES};
+use super::{Log, RecordPos};
+use crate::error::{Error, Result};
+
+/// A pass that is not forced runs only when the sealed segments hold at least this many
+/// dead bytes (and more dead than live ones).
+pub const COMPACTION_DEAD_BYTES_MIN: u64 = 1 << 20;
+
+/// What a compaction pass needs from the layer that indexes the log's records.
+///
+/// Lock order: the pass takes [`positions_lock`](Self::positions_lock) exclusively three
+/// times, briefly (the barrier, the check before deleting whole segments, the switch to
+/// the new positions), and calls no other hook while it holds it except
+/// [`orphan`](Self::orphan) and [`remap`](Self::remap). The hooks must not take it.
+pub trait CompactionHooks {
+    /// The lock every reader of positions holds shared while it resolves and reads them,
+    /// and every appender holds shared from its append until the record is indexed.
+    fn positions_lock(&self) -> &RwLock<()>;
+    /// Applies retention and returns the live records for which `sealed` holds, and the
+    /// bytes of those whose size it knows.
+    fn live_records(&self, sealed: &dyn Fn(RecordPos) -> bool) -> (Vec<RecordPos>, u64);
+    /// An indexed position for which `vanishes` holds and `moved` has no new place, if
+    /// any: a pass never deletes a record the index can still reach.
+    fn orphan(
+        &self,
+        vanishes: &dyn Fn(RecordPos) -> bool,
+        moved: &HashMap<RecordPos, RecordPos>,
+    ) -> Option<RecordPos>;
+    /// Points every indexed position that `moved` covers at its new place.
+    fn remap(&self, moved: &HashMap<RecordPos, RecordPos>);
+}
+
+/// What a compaction pass did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LogCompaction {
+    /// Segment files deleted.
+    pub removed: Vec<PathBuf>,
+    /// Live records copied into the compacted segment.
+    pub records_rewritten: u64,
+    /// Bytes of disk given back (deleted and replaced files, minus the compacted one).
+    pub bytes_reclaimed: u64,
+}
+
+/// Live records of the sealed segments, in log order, and their known bytes.
+struct LiveSet {
+    positions: Vec<RecordPos>,
+    bytes: u64,
+}
+
+impl Log {
+    /// Runs one compaction pass. `force`: rewrite every sealed segment; otherwise only
+    /// when dead bytes outweigh live ones, or a prefix of segments holds nothing live.
+    /// `None` when no pass was worth running.
+    pub fn compact(
+        &self,
+        force: bool,
+        hooks: &dyn CompactionHooks,
+    ) -> Result<Option<LogCompaction>> {
+        let lock = hooks.positions_lock();
+        // Barrier: appenders hold the lock shared from append to index update, so once it
+        // is held exclusively every durable record below the active segment is indexed.
+        let active = {
+            let _barrier = lock.write();
+            self.active_segment_id()?
+        };
+        let (mut positions, bytes) = hooks.live_records(&|p| p.segment_id < active);
+        positions.sort_unstable();
+        let live = LiveSet { positions, bytes };
+        let mut sealed = self.segment_sizes()?;
+        sealed.retain(|(id, _)| *id < active);
+        let Some(through) = choose_prefix(&sealed, &live, force) else {
+            return Ok(None);
+        };
+        // The live set reflects every record appended so far; make them durable before
+        // records they made dead disappear. Otherwise (`SyncMode::Periodic`/`Never`) a
+        // crash could lose a deletion after compaction dropped the task's older records,
+        // and bring the task back with only its newer ones: a state that never existed.
+        self.flush()?;
+        let mut done = self.remove_dead_leading(&live, through, hooks)?;
+        let in_prefix: Vec<RecordPos> = (live.positions.iter())
+            .copied()
+            .filter(|p| p.segment_id <= through)
+            .collect();
+        let prepared = self.prepare_compaction(through, &in_prefix)?;
+        {
+            let _relocating = lock.write();
+            let moved: HashMap<RecordPos, RecordPos> = prepared.moved.iter().copied().collect();
+            if let Some(missing) = hooks.orphan(&|p| p.segment_id <= through, &moved) {
+                // Never install a segment that would orphan an indexed record.
+                self.abandon_compaction(&prepared);
+                return Err(Error::InvalidArgument(format!(
+                    "compaction skipped: indexed record {missing:?} was not copied (retry later)"
+                )));
+            }
+            let installed = self.install_compaction(&prepared);
+            // A failed directory fsync leaves the compacted segment in place (its
+            // durability unknown, so nothing is deleted below): the old positions are
+            // gone either way.
+            if prepared.is_installed() {
+                hooks.remap(&moved);
+            }
+            installed?;
+        }
+        let (superseded, superseded_bytes) = self.remove_superseded(through)?;
+        done.removed.extend(superseded);
+        let replaced: u64 = (sealed.iter())
+            .filter(|(id, _)| *id == through)
+            .map(|(_, b)| b)
+            .sum();
+        done.records_rewritten = prepared.moved.len() as u64;
+        done.bytes_reclaimed =
+            (done.bytes_reclaimed + superseded_bytes + replaced).saturating_sub(prepared.bytes);
+        Ok(Some(done))
+    }
+
+    /// Whole segments with nothing live go first, before anything is written: on a full
+    /// disk the compacted segment needs the space they free. Only a leading run of them
+    /// (the log must stay a chain) and never `through` itself, which the compacted segment
+    /// replaces (its seal carries the chain on to the active segment).
+    fn remove_dead_leading(
+        &self,
+        live: &LiveSet,
+        through: u64,
+        hooks: &dyn CompactionHooks,
+    ) -> Result<LogCompaction> {
+        let dead_through = (live.positions.first())
+            .map_or(through, |p| p.segment_id.saturating_sub(1))
+            .min(through.saturating_sub(1));
+        let unreachable = dead_through > 0 && {
+            let _relocating = hooks.positions_lock().write();
+            let vanishes = |p: RecordPos| p.segment_id <= dead_through;
+            hooks.orphan(&vanishes, &HashMap::new()).is_none()
+        };
+        if !unreachable {
+            return Ok(LogCompaction::default());
+        }
+        let (removed, bytes_reclaimed) = self.remove_dead_prefix(dead_through)?;
+        Ok(LogCompaction {
+            removed,
+            records_rewritten: 0,
+            bytes_reclaimed,
+        })
+    }
+}
+
+/// The last segment of the prefix to compact, if any is worth it.
+fn choose_prefix(sealed: &[(u64, u64)], live: &LiveSet, force: bool) -> Option<u64> {
+    let (&(first, first_bytes), &(last, _)) = (sealed.first()?, sealed.last()?);
+    let sealed_bytes: u64 = sealed.iter().map(|(_, b)| b).sum();
+    let dead = sealed_bytes.saturating_sub(live.bytes);
+    let empty_compacted = (SEGMENT_HEADER_BYTES + SEAL_RECORD_BYTES) as u64;
+    if force || dead > live.bytes.max(COMPACTION_DEAD_BYTES_MIN) {
+        // Skip a pass that would only rewrite one already compacted segment.
+        return (sealed.len() > 1 || dead > 0 && first_bytes > empty_compacted).then_some(last);
+    }
+    // Segments before the first live record hold nothing: drop them cheaply.
+    let before_live = (live.positions.first()).map_or(last, |p| p.segment_id.saturating_sub(1));
+    let prefix = (sealed.iter())
+        .take_while(|(id, _)| *id <= before_live)
+        .count();
+    let worth = prefix > 1 || (prefix == 1 && first_bytes > empty_compacted);
+    (worth && before_live >= first).then_some(before_live)
+}
