@@ -1,0 +1,91 @@
+//! agentwal itself: `Store::commit` with default `Options` (`agentwal`), and the same with
+//! `SyncMode::Periodic` (`agentwal-periodic`), which is not durable per commit.
+
+use std::path::Path;
+use std::time::Duration;
+
+use agentwal::{AgentState, Options, Store, SyncMode};
+use plotters::style::RGBColor;
+
+use super::Backend;
+use crate::config::Config;
+use crate::generator::{delta_payload, expected_state, task_id};
+use crate::harness::{drive, time_loads};
+use crate::measurement::Measurement;
+use crate::metering::{io_counters, io_since};
+
+pub struct Agentwal {
+    name: &'static str,
+    color: RGBColor,
+    sync: SyncMode,
+}
+
+pub const AGENTWAL: Agentwal = Agentwal {
+    name: "agentwal",
+    color: RGBColor(0xD6, 0x27, 0x28),
+    sync: SyncMode::Always,
+};
+
+/// Outside the targets: a commit returns once written, and an fdatasync every 10 ms makes
+/// it durable; it shows what the per-commit fsync costs.
+pub const AGENTWAL_PERIODIC: Agentwal = Agentwal {
+    name: "agentwal-periodic",
+    color: RGBColor(0xF4, 0xA5, 0x82),
+    sync: SyncMode::Periodic(Duration::from_millis(10)),
+};
+
+impl Backend for Agentwal {
+    fn name(&self) -> &'static str {
+        self.name
+    }
+
+    fn color(&self) -> RGBColor {
+        self.color
+    }
+
+    fn durable_per_commit(&self) -> bool {
+        matches!(self.sync, SyncMode::Always)
+    }
+
+    fn run(&self, cfg: &Config, dir: &Path, threads: usize) -> Measurement {
+        let payload = delta_payload(threads, cfg.steps);
+        let io = io_counters();
+        let options = Options {
+            sync: self.sync,
+            ..Options::default()
+        };
+        let store: Store = Store::open_with(dir, options).expect("open agentwal");
+        let times = drive(
+            threads,
+            cfg.steps,
+            |_| (),
+            |_, task, seq, delta| {
+                let committed = store.commit(task, delta).expect("agentwal commit");
+                debug_assert_eq!(committed, seq);
+            },
+        );
+        let stats = store.stats();
+        drop(store);
+        let mut m = Measurement::from_run(&times, io_since(io), dir, payload);
+        m.log_bytes = Some(stats.bytes_written as f64);
+        m.fsyncs = Some(stats.fsyncs as f64);
+        m.mean_batch = Some(stats.mean_batch_records);
+        let probe = task_id(0);
+        let (warm, cold, recovery) = time_loads(
+            cfg,
+            || Store::<AgentState>::open_with(dir, Options::default()).expect("reopen agentwal"),
+            |store| {
+                store
+                    .load_latest(&probe)
+                    .expect("load_latest")
+                    .expect("task 0 exists")
+                    .state
+            },
+            &expected_state(0, cfg.steps),
+        );
+        m.load_warm_us = Some(warm);
+        m.load_cold_us = Some(cold);
+        m.recovery_ms = Some(recovery);
+        m
+    }
+}

@@ -1,0 +1,120 @@
+//! The run's configuration, read from `AGENTWAL_BENCH_*` environment variables.
+
+use std::path::PathBuf;
+
+use crate::backends::{self, Backend};
+
+/// Rounds of a full run. On the shared development disk one round's ratio of two backends
+/// moves by about ±10%; two targets sit within 10% of parity, and their medians over 5
+/// rounds still landed on either side of the line from run to run. 9 rounds take about
+/// 4 minutes.
+pub const FULL_ROUNDS_DEFAULT: usize = 9;
+
+pub struct Config {
+    pub quick: bool,
+    pub steps: usize,
+    pub threads: Vec<usize>,
+    pub rounds: usize,
+    pub backends: Vec<&'static dyn Backend>,
+    pub warm_loads: usize,
+    pub cold_loads: usize,
+    pub large_store_bytes: u64,
+    pub index_tasks: usize,
+    /// Before each backend run, wait (up to 30 s) until the disk probe's fdatasync
+    /// p50 is at most this many µs (0: do not wait).
+    pub calm_us: f64,
+    pub base: PathBuf,
+    pub out_dir: PathBuf,
+}
+
+fn env_parse<T: std::str::FromStr>(name: &str) -> Option<T> {
+    let v = std::env::var(name).ok()?;
+    Some(
+        v.trim()
+            .parse()
+            .unwrap_or_else(|_| panic!("{name}={v:?} is not valid")),
+    )
+}
+
+fn threads_from_env(quick: bool) -> Vec<usize> {
+    match std::env::var("AGENTWAL_BENCH_THREADS") {
+        Ok(list) => list
+            .split(',')
+            .map(|t| t.trim().parse().expect("AGENTWAL_BENCH_THREADS: numbers"))
+            .collect(),
+        Err(_) if quick => vec![1, 8],
+        Err(_) => vec![1, 8, 64],
+    }
+}
+
+fn backends_from_env() -> Vec<&'static dyn Backend> {
+    match std::env::var("AGENTWAL_BENCH_BACKENDS") {
+        Ok(list) => list
+            .split(',')
+            .map(|name| {
+                backends::ALL
+                    .iter()
+                    .copied()
+                    .find(|b| b.name() == name.trim())
+                    .unwrap_or_else(|| panic!("unknown backend {name:?}"))
+            })
+            .collect(),
+        Err(_) => backends::ALL.to_vec(),
+    }
+}
+
+impl Config {
+    pub fn from_env() -> Config {
+        let quick = std::env::var("AGENTWAL_BENCH_QUICK").is_ok_and(|v| !v.is_empty() && v != "0");
+        let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+        Config {
+            quick,
+            steps: env_parse("AGENTWAL_BENCH_STEPS").unwrap_or(if quick { 20 } else { 200 }),
+            threads: threads_from_env(quick),
+            rounds: env_parse("AGENTWAL_BENCH_ROUNDS").unwrap_or(if quick {
+                1
+            } else {
+                FULL_ROUNDS_DEFAULT
+            }),
+            backends: backends_from_env(),
+            warm_loads: if quick { 20 } else { 200 },
+            cold_loads: if quick { 2 } else { 5 },
+            large_store_bytes: env_parse::<u64>("AGENTWAL_BENCH_LARGE_MIB").unwrap_or(if quick {
+                32
+            } else {
+                1024
+            }) << 20,
+            calm_us: env_parse("AGENTWAL_BENCH_CALM_US").unwrap_or(0.0),
+            index_tasks: env_parse("AGENTWAL_BENCH_INDEX_TASKS").unwrap_or(if quick {
+                0
+            } else {
+                100_000
+            }),
+            base: std::env::var_os("AGENTWAL_BENCH_DIR")
+                .map_or_else(|| PathBuf::from(env!("CARGO_TARGET_TMPDIR")), PathBuf::from),
+            out_dir: std::env::var_os("AGENTWAL_BENCH_OUT").map_or_else(
+                || {
+                    if quick {
+                        manifest.join("target").join("bench-results")
+                    } else {
+                        manifest.join("bench-results")
+                    }
+                },
+                PathBuf::from,
+            ),
+        }
+    }
+
+    /// The largest T: the figures that are not per T are judged there.
+    pub fn tmax(&self) -> usize {
+        *self.threads.iter().max().expect("some T")
+    }
+
+    pub fn tmpdir(&self, prefix: &str) -> tempfile::TempDir {
+        std::fs::create_dir_all(&self.base).expect("create the bench directory");
+        tempfile::Builder::new()
+            .prefix(prefix)
+            .tempdir_in(&self.base)
+            .expect("create a temporary directory")
+    }
+}

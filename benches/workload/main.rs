@@ -1,0 +1,190 @@
+//! The agent-workload benchmark: agentwal against SQLite (two designs), okaywal and the
+//! fsync floor of the disk, all in one run, on the same disk.
+//!
+//! ```text
+//! cargo bench --bench workload                          # full run (several minutes)
+//! AGENTWAL_BENCH_QUICK=1 cargo bench --bench workload   # CI smoke run (well under a minute)
+//! ```
+//!
+//! # The workload
+//! T concurrent tasks, one thread each (T = 1, 8, 64), S steps per task (200). A step adds
+//! two messages to the task's state, an assistant message with a tool call (~300 B) and
+//! the tool's result (~1.5 KB of deterministic pseudo-random text), and sets three
+//! variables (`phase`, `step`, `last_tool`). A step is durable before the task's next
+//! step starts. After the run: the latest state of task 0 is loaded (the median of many
+//! loads on a warm handle, and the first load on freshly opened handles), the store is
+//! reopened (recovery time) and its files are measured.
+//!
+//! # Backends
+//! - `agentwal`: `Store::commit` with default `Options` (`SyncMode::Always`).
+//! - `sqlite-seed`: what most agent code does today: `checkpoints(task_id, checkpoint_seq,
+//!   state, created_at)`, one `INSERT OR REPLACE` of the full state as JSON per step,
+//!   `journal_mode=WAL`, `synchronous=FULL`, one connection per thread, busy_timeout 10 s
+//!   (an `SQLITE_BUSY` that still escapes is retried and counted).
+//! - `sqlite-delta`: one row per step's delta (JSON), same pragmas; a load folds the rows.
+//! - `okaywal`: one entry per step (the delta, postcard-encoded); no state index, so no
+//!   load figure.
+//! - `fsync-floor`: a plain file, `write` + `sync_data` of each step (length, crc32,
+//!   postcard delta) behind a mutex; `fsync-floor-group`: the same file format with
+//!   leader/follower group commit: the physical limit of this disk for this workload.
+//!
+//! # Figures
+//! - commits/s: T × S over the wall time from a common start to the last commit.
+//! - commit latency: p50/p99 of the time each step's durable write took.
+//! - on disk: sum of file sizes after the run (and allocated blocks, as `du` counts them).
+//! - written / delta: bytes the process handed to `write`-family syscalls during the run
+//!   (`wchar` in /proc/self/io: records, snapshots, preallocation zeros, SQLite's WAL
+//!   frames and checkpoints) over the delta payload, the postcard encoding of every step's
+//!   delta; "device" uses `write_bytes` instead: the bytes sent to the block layer (whole
+//!   pages, counted each time a page is dirtied again after a sync).
+//! - load_latest: warm is the median over many loads on one handle; cold is the median of
+//!   the first load on a freshly opened handle (page cache warm; the open is not counted).
+//! - recovery: time to open the store after the run (for SQLite: open, set the pragmas
+//!   and run the first query; for okaywal: `WriteAheadLog::recover` reading every entry
+//!   still in the log; for the floors: read the file and check every crc).
+//!
+//! Also: recovery of a large agentwal store (~1 GiB, quick mode ~32 MiB) against reading
+//! and checksumming its files, and (full mode) the index memory per task after opening a
+//! store with 100,000 tasks (RSS from /proc/self/status, in a child process).
+//!
+//! Results: the table is printed and written to `bench-results/workload.md` with an SVG
+//! chart `bench-results/workload.svg` (quick mode writes to `target/bench-results/`).
+//!
+//! Environment: `AGENTWAL_BENCH_QUICK=1` (S = 20, T = 1 and 8, one round, fewer loads, no
+//! 100k-task store), `AGENTWAL_BENCH_STEPS`, `AGENTWAL_BENCH_THREADS` (e.g. `1,8,64`),
+//! `AGENTWAL_BENCH_ROUNDS` (full default 9; each figure is the median over rounds),
+//! `AGENTWAL_BENCH_BACKENDS` (comma-separated names, e.g. `agentwal,okaywal`, for
+//! profiling), `AGENTWAL_BENCH_LARGE_MIB`, `AGENTWAL_BENCH_INDEX_TASKS` (0 skips),
+//! `AGENTWAL_BENCH_CALM_US` (before each backend run, wait up to 30 s until a 4 KiB
+//! fdatasync probe takes at most this long: for shared machines), `AGENTWAL_BENCH_DIR`
+//!
+//! # Layout
+//! `config` (environment), `generator` (the deltas), `harness` (runs and times a backend's
+//! commits and loads), `backends` (one file per store, behind the `Backend` trait),
+//! `measurement` (figures and medians), `metering` (/proc, block-device counters, disk
+//! probe), `large_store` and `index_memory` (the agentwal-only experiments), `targets`,
+//! `provenance` and `report` (Markdown and SVG).
+
+mod backends;
+mod config;
+mod generator;
+mod harness;
+mod index_memory;
+mod large_store;
+mod measurement;
+mod metering;
+mod provenance;
+mod report;
+mod targets;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use backends::Backend;
+use config::Config;
+use index_memory::{CHILD_ENV, IndexMemory, index_memory, index_memory_child};
+use large_store::{LargeStore, large_store};
+use measurement::Measurement;
+use report::{fmt_bytes, fmt_ms, fmt_rate};
+
+/// Everything a run measured.
+pub struct Run {
+    /// Per T, per backend name: one measurement per round.
+    pub rounds: BTreeMap<(usize, &'static str), Vec<Measurement>>,
+    pub large: LargeStore,
+    pub index: Vec<IndexMemory>,
+    pub elapsed: Duration,
+}
+
+impl Run {
+    pub fn median(&self, threads: usize, b: &dyn Backend) -> Option<Measurement> {
+        self.rounds
+            .get(&(threads, b.name()))
+            .map(|r| Measurement::median_of(r))
+    }
+}
+
+fn main() {
+    if let Some(dir) = std::env::var_os(CHILD_ENV) {
+        index_memory_child(Path::new(&dir));
+        return;
+    }
+    // `cargo bench` passes `--bench`; with `cargo test --benches` (`--test`) do nothing.
+    if std::env::args().any(|a| a == "--test" || a == "--list") {
+        return;
+    }
+    let cfg = Config::from_env();
+    metering::count_device_of(&cfg.base);
+    let started = Instant::now();
+    eprintln!(
+        "workload bench: {} mode, S = {}, T = {:?}, {} round(s), stores under {}",
+        if cfg.quick { "quick" } else { "full" },
+        cfg.steps,
+        cfg.threads,
+        cfg.rounds,
+        cfg.base.display()
+    );
+    let rounds = run_rounds(&cfg);
+    eprintln!(
+        "large-store recovery: building {}",
+        fmt_bytes(cfg.large_store_bytes as f64)
+    );
+    let large = large_store(&cfg);
+    let mut index = Vec::new();
+    if cfg.index_tasks > 0 {
+        for per_task in [1, 8] {
+            eprintln!(
+                "index memory: {} tasks × {per_task} checkpoints",
+                cfg.index_tasks
+            );
+            index.push(index_memory(&cfg, cfg.index_tasks, per_task));
+        }
+    }
+    let run = Run {
+        rounds,
+        large,
+        index,
+        elapsed: started.elapsed(),
+    };
+    let prov = provenance::provenance(&cfg);
+    report::write(&cfg, &run, &prov);
+}
+
+/// Every backend at every T, `cfg.rounds` times.
+fn run_rounds(cfg: &Config) -> BTreeMap<(usize, &'static str), Vec<Measurement>> {
+    let mut rounds: BTreeMap<_, Vec<Measurement>> = BTreeMap::new();
+    for round in 0..cfg.rounds {
+        for &t in &cfg.threads {
+            // Rotate the order each round, so drift of the disk touches every backend.
+            let n = cfg.backends.len();
+            for k in 0..n {
+                let b = cfg.backends[(k + round) % n];
+                let m = run_one(cfg, b, t, round);
+                rounds.entry((t, b.name())).or_default().push(m);
+            }
+        }
+    }
+    rounds
+}
+
+/// One backend at T = `t` in a fresh directory, after the disk probe.
+fn run_one(cfg: &Config, b: &dyn Backend, t: usize, round: usize) -> Measurement {
+    let dir = cfg.tmpdir(&format!("bench-workload-{}-", b.name()));
+    let probe = metering::wait_for_calm_disk(cfg);
+    let t0 = Instant::now();
+    let mut m = b.run(cfg, dir.path(), t);
+    m.probe_us = probe;
+    eprintln!(
+        "round {}/{} T={t:>2} {:<18} {:>9} commits/s  p50 {:>9}  p99 {:>9}  disk {:>10}  ({:.1} s, probe {probe:.0} µs)",
+        round + 1,
+        cfg.rounds,
+        b.name(),
+        fmt_rate(m.commits_per_s),
+        fmt_ms(m.p50_ms),
+        fmt_ms(m.p99_ms),
+        fmt_bytes(m.disk_bytes),
+        t0.elapsed().as_secs_f64()
+    );
+    m
+}

@@ -1,0 +1,128 @@
+//! One backend's figures at one T, and their median over rounds.
+
+use std::path::Path;
+use std::time::Duration;
+
+use crate::harness::RunTimes;
+use crate::metering::dir_usage;
+
+/// One backend's figures at one T (or the median over rounds).
+#[derive(Debug, Clone, Default)]
+pub struct Measurement {
+    pub commits: f64,
+    pub commits_per_s: f64,
+    pub p50_ms: f64,
+    pub p99_ms: f64,
+    pub max_ms: f64,
+    pub disk_bytes: f64,
+    pub disk_allocated: f64,
+    /// Bytes handed to write syscalls during the run (and the close).
+    pub wchar: f64,
+    /// Bytes sent to the block layer during the run (and the close).
+    pub device_bytes: f64,
+    pub delta_postcard: f64,
+    pub delta_json: f64,
+    pub load_warm_us: Option<f64>,
+    pub load_cold_us: Option<f64>,
+    pub recovery_ms: Option<f64>,
+    /// agentwal only: bytes its log appended (records, snapshots, seals).
+    pub log_bytes: Option<f64>,
+    /// agentwal only: fdatasync calls and records per group-commit batch.
+    pub fsyncs: Option<f64>,
+    pub mean_batch: Option<f64>,
+    /// SQLite only: SQLITE_BUSY errors that escaped the busy handler (retried).
+    pub busy_retries: Option<f64>,
+    /// fdatasync p50 (µs) of the disk probe just before this run: other load on the disk.
+    pub probe_us: f64,
+    /// CPU time the committing threads spent inside a commit, per commit (µs).
+    pub step_cpu_us: f64,
+}
+
+impl Measurement {
+    pub fn from_run(times: &RunTimes, io: (u64, u64), dir: &Path, payload: (u64, u64)) -> Self {
+        let commits = times.latencies.len() as f64;
+        let (disk_bytes, disk_allocated) = dir_usage(dir);
+        Measurement {
+            commits,
+            // At least a microsecond: a rate must stay finite however fast a run was.
+            commits_per_s: commits / times.wall.as_secs_f64().max(1e-6),
+            p50_ms: percentile(&times.latencies, 50.0) as f64 / 1e6,
+            p99_ms: percentile(&times.latencies, 99.0) as f64 / 1e6,
+            max_ms: times.latencies.last().copied().unwrap_or(0) as f64 / 1e6,
+            disk_bytes: disk_bytes as f64,
+            disk_allocated: disk_allocated as f64,
+            wchar: io.0 as f64,
+            device_bytes: io.1 as f64,
+            delta_postcard: payload.0 as f64,
+            delta_json: payload.1 as f64,
+            step_cpu_us: times.step_cpu_ns as f64 / 1e3 / commits.max(1.0),
+            ..Measurement::default()
+        }
+    }
+
+    pub fn written_per_delta(&self) -> f64 {
+        self.wchar / self.delta_postcard
+    }
+
+    pub fn device_per_delta(&self) -> f64 {
+        self.device_bytes / self.delta_postcard
+    }
+
+    /// The median of each figure over rounds.
+    pub fn median_of(rounds: &[Measurement]) -> Measurement {
+        let med = |f: &dyn Fn(&Measurement) -> f64| {
+            let mut v: Vec<f64> = rounds.iter().map(f).collect();
+            median(&mut v)
+        };
+        let med_opt = |f: &dyn Fn(&Measurement) -> Option<f64>| {
+            let mut v: Vec<f64> = rounds.iter().filter_map(f).collect();
+            (!v.is_empty()).then(|| median(&mut v))
+        };
+        Measurement {
+            commits: med(&|m| m.commits),
+            commits_per_s: med(&|m| m.commits_per_s),
+            p50_ms: med(&|m| m.p50_ms),
+            p99_ms: med(&|m| m.p99_ms),
+            max_ms: med(&|m| m.max_ms),
+            disk_bytes: med(&|m| m.disk_bytes),
+            disk_allocated: med(&|m| m.disk_allocated),
+            wchar: med(&|m| m.wchar),
+            device_bytes: med(&|m| m.device_bytes),
+            delta_postcard: med(&|m| m.delta_postcard),
+            delta_json: med(&|m| m.delta_json),
+            load_warm_us: med_opt(&|m| m.load_warm_us),
+            load_cold_us: med_opt(&|m| m.load_cold_us),
+            recovery_ms: med_opt(&|m| m.recovery_ms),
+            log_bytes: med_opt(&|m| m.log_bytes),
+            fsyncs: med_opt(&|m| m.fsyncs),
+            mean_batch: med_opt(&|m| m.mean_batch),
+            busy_retries: med_opt(&|m| m.busy_retries),
+            probe_us: med(&|m| m.probe_us),
+            step_cpu_us: med(&|m| m.step_cpu_us),
+        }
+    }
+}
+
+pub fn percentile(sorted: &[u64], p: f64) -> u64 {
+    if sorted.is_empty() {
+        return 0;
+    }
+    let i = ((sorted.len() as f64 * p / 100.0) as usize).min(sorted.len() - 1);
+    sorted[i]
+}
+
+pub fn median(v: &mut [f64]) -> f64 {
+    assert!(!v.is_empty());
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+pub fn median_duration(v: &mut [Duration]) -> Duration {
+    v.sort_unstable();
+    v[v.len() / 2]
+}

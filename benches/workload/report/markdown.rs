@@ -1,0 +1,333 @@
+//! The Markdown report (`bench-results/workload.md`), one function per section.
+
+use std::fmt::Write as _;
+
+use crate::Run;
+use crate::backends::{self, Backend};
+use crate::config::{Config, FULL_ROUNDS_DEFAULT};
+use crate::measurement::Measurement;
+use crate::provenance::Provenance;
+use crate::report::{fmt_bytes, fmt_ms, fmt_rate, fmt_ratio, opt};
+use crate::targets::targets;
+
+// Writing to a `String` cannot fail: the `fmt::Result`s below are dropped.
+
+pub fn markdown(cfg: &Config, run: &Run, prov: &Provenance) -> String {
+    let mut md = String::new();
+    let w = &mut md;
+    header(w, cfg, run, prov);
+    results(w, cfg, run);
+    ratios(w, cfg, run);
+    targets_table(w, cfg, run);
+    large_store(w, run);
+    if !run.index.is_empty() {
+        index_memory(w, run);
+    }
+    details(w, cfg, run);
+    md
+}
+
+fn header(w: &mut String, cfg: &Config, run: &Run, prov: &Provenance) {
+    let threads_list: Vec<String> = cfg.threads.iter().map(usize::to_string).collect();
+    let _ = writeln!(w, "# agentwal workload benchmark\n");
+    let _ = writeln!(
+        w,
+        "{} · commit {} · {}\n",
+        prov.date, prov.commit, prov.machine
+    );
+    let _ = writeln!(
+        w,
+        "Mode: {} — S = {} steps per task, T = {} tasks (one thread each), {} round(s), \
+         each figure the median over rounds; run took {:.0} s. Command: `{}cargo bench --bench workload`.\n",
+        if cfg.quick { "quick" } else { "full" },
+        cfg.steps,
+        threads_list.join(", "),
+        cfg.rounds,
+        run.elapsed.as_secs_f64(),
+        command_env(cfg)
+    );
+    let _ = writeln!(
+        w,
+        "A step appends an assistant message with a tool call (~300 B) and a tool result \
+         (~1.5 KB) and sets 3 variables; it is durable before the task's next step. \
+         Source and definitions: `benches/workload/`.\n"
+    );
+}
+
+/// The environment variables that reproduce this run's mode.
+fn command_env(cfg: &Config) -> String {
+    if cfg.quick {
+        return "AGENTWAL_BENCH_QUICK=1 ".to_string();
+    }
+    let calm = if cfg.calm_us > 0.0 {
+        format!("AGENTWAL_BENCH_CALM_US={} ", cfg.calm_us)
+    } else {
+        String::new()
+    };
+    let rounds = if cfg.rounds == FULL_ROUNDS_DEFAULT {
+        String::new()
+    } else {
+        format!("AGENTWAL_BENCH_ROUNDS={} ", cfg.rounds)
+    };
+    format!("{calm}{rounds}")
+}
+
+fn results(w: &mut String, cfg: &Config, run: &Run) {
+    let _ = writeln!(w, "## Results\n");
+    let _ = writeln!(
+        w,
+        "| backend | T | commits/s | p50 commit | p99 commit | on disk | allocated | written / delta | device / delta | load_latest p50 (warm) | load_latest (cold handle) | recovery |"
+    );
+    let _ = writeln!(
+        w,
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+    );
+    for &t in &cfg.threads {
+        for &b in &cfg.backends {
+            let Some(m) = run.median(t, b) else { continue };
+            let _ = writeln!(
+                w,
+                "| {} | {t} | {} | {} | {} | {} | {} | {:.2} | {:.2} | {} | {} | {} |",
+                b.name(),
+                fmt_rate(m.commits_per_s),
+                fmt_ms(m.p50_ms),
+                fmt_ms(m.p99_ms),
+                fmt_bytes(m.disk_bytes),
+                fmt_bytes(m.disk_allocated),
+                m.written_per_delta(),
+                m.device_per_delta(),
+                opt(m.load_warm_us, |u| fmt_ms(u / 1e3)),
+                opt(m.load_cold_us, |u| fmt_ms(u / 1e3)),
+                opt(m.recovery_ms, fmt_ms),
+            );
+        }
+    }
+    delta_note(w, cfg, run);
+}
+
+/// The payload per step and what the columns count.
+fn delta_note(w: &mut String, cfg: &Config, run: &Run) {
+    if let Some(m) = cfg
+        .threads
+        .iter()
+        .find_map(|&t| run.median(t, cfg.backends[0]))
+    {
+        let per_step = m.delta_postcard / m.commits;
+        let json_per_step = m.delta_json / m.commits;
+        let _ = writeln!(
+            w,
+            "\nDelta payload: {per_step:.0} B per step postcard-encoded ({json_per_step:.0} B as JSON). \
+             \"written / delta\": bytes handed to write syscalls during the run and the close \
+             (/proc/self/io `wchar`) over the postcard-encoded deltas; \"device / delta\": bytes \
+             written to the stores' block device during the run and the close (its sectors-written \
+             counter in /sys/class/block: data, file-system metadata, a partial page again each \
+             time a batch extends it, and any other I/O on that device meanwhile). \"on disk\": file sizes after the run; \"allocated\": blocks, as `du` counts. \
+             Cold load: first load on a freshly opened handle (page cache warm, open not counted). \
+             Recovery: agentwal `Store::open`; SQLite: open, pragmas and a first query (the last \
+             connection to close checkpointed the WAL); okaywal: `WriteAheadLog::recover` reading \
+             the entries still in its log; floors: read the file and check every crc. okaywal \
+             is a WAL only: it recycles a segment once it is checkpointed (the manager here keeps \
+             nothing), so its disk figure leaves out wherever an application would keep the state. \
+             **agentwal-periodic is not durable per commit**: `SyncMode::Periodic(10 ms)`, a commit \
+             returns once written to the page cache and a background fdatasync every 10 ms makes it \
+             durable, so a crash can lose the last ~10 ms of acknowledged commits; it shows what the \
+             per-commit fsync costs and takes no part in the targets.\n"
+        );
+    }
+}
+
+fn ratios(w: &mut String, cfg: &Config, run: &Run) {
+    let _ = writeln!(w, "## agentwal ÷ peer\n");
+    let peers: Vec<&dyn Backend> = cfg
+        .backends
+        .iter()
+        .copied()
+        .filter(|&b| !backends::is(b, &backends::AGENTWAL))
+        .collect();
+    let header: Vec<&str> = peers.iter().map(|b| b.name()).collect();
+    let _ = writeln!(w, "| figure | T | {} |", header.join(" | "));
+    let _ = writeln!(w, "|---|---:|{}", "---:|".repeat(peers.len()));
+    let ratio_row = |w: &mut String,
+                     what: &str,
+                     t: usize,
+                     f: &dyn Fn(&Measurement, &Measurement) -> Option<f64>| {
+        let Some(a) = run.median(t, &backends::AGENTWAL) else {
+            return;
+        };
+        let cells: Vec<String> = peers
+            .iter()
+            .map(|&b| {
+                run.median(t, b)
+                    .and_then(|p| f(&a, &p))
+                    .map_or_else(|| "–".into(), fmt_ratio)
+            })
+            .collect();
+        let _ = writeln!(w, "| {what} | {t} | {} |", cells.join(" | "));
+    };
+    for &t in &cfg.threads {
+        ratio_row(w, "commits/s (higher: agentwal faster)", t, &|a, p| {
+            Some(a.commits_per_s / p.commits_per_s)
+        });
+    }
+    for &t in &cfg.threads {
+        ratio_row(
+            w,
+            "p99 commit latency (lower: agentwal faster)",
+            t,
+            &|a, p| Some(a.p99_ms / p.p99_ms),
+        );
+    }
+    let tmax = cfg.tmax();
+    ratio_row(
+        w,
+        "bytes on disk (lower: agentwal smaller)",
+        tmax,
+        &|a, p| Some(a.disk_bytes / p.disk_bytes),
+    );
+    ratio_row(
+        w,
+        "bytes written (lower: agentwal writes less)",
+        tmax,
+        &|a, p| Some(a.wchar / p.wchar),
+    );
+    ratio_row(
+        w,
+        "load_latest p50 warm (lower: agentwal faster)",
+        tmax,
+        &|a, p| Some(a.load_warm_us? / p.load_warm_us?),
+    );
+    ratio_row(
+        w,
+        "recovery time (lower: agentwal faster)",
+        tmax,
+        &|a, p| Some(a.recovery_ms? / p.recovery_ms?),
+    );
+}
+
+fn targets_table(w: &mut String, cfg: &Config, run: &Run) {
+    let _ = writeln!(w, "\n## Targets\n");
+    let _ = writeln!(
+        w,
+        "A commits/s target is judged on the ratio of the two medians over rounds; the \
+         ratios within each round (the backends ran back to back) are shown beside it.\n"
+    );
+    let _ = writeln!(w, "| target | measured | met |");
+    let _ = writeln!(w, "|---|---|---|");
+    for t in targets(cfg, run) {
+        let _ = writeln!(
+            w,
+            "| {} | {} | {} |",
+            t.what,
+            t.measured,
+            if t.met { "met" } else { "**missed**" }
+        );
+    }
+}
+
+fn large_store(w: &mut String, run: &Run) {
+    let l = &run.large;
+    let _ = writeln!(w, "\n## Recovery of a large store\n");
+    let _ = writeln!(
+        w,
+        "{} in {} segment files ({} of records, {} records, {} tasks built from the workload's steps). \
+         Page cache warm; medians of 3. Reading and crc32-ing every file: {} ({:.2} GiB/s). \
+         `Store::open` (replay, index rebuild): {} ({:.2} GiB/s of files, {:.2}× the read+crc32 time).\n",
+        fmt_bytes(l.file_bytes as f64),
+        l.segments,
+        fmt_bytes(l.record_bytes as f64),
+        l.records,
+        l.tasks,
+        fmt_ms(l.read_crc.as_secs_f64() * 1e3),
+        l.file_bytes as f64 / (1u64 << 30) as f64 / l.read_crc.as_secs_f64(),
+        fmt_ms(l.reopen.as_secs_f64() * 1e3),
+        l.file_bytes as f64 / (1u64 << 30) as f64 / l.reopen.as_secs_f64(),
+        l.reopen.as_secs_f64() / l.read_crc.as_secs_f64(),
+    );
+}
+
+fn index_memory(w: &mut String, run: &Run) {
+    let _ = writeln!(w, "## Index memory\n");
+    let _ = writeln!(
+        w,
+        "A child process opens a store and reads its own RSS (/proc/self/status) before and after \
+         `Store::open`, and again after `malloc_trim(0)` (free memory the allocator kept from \
+         recovery's temporary buffers is handed back; what remains is the index). The target is \
+         judged on the plain figure.\n"
+    );
+    let _ = writeln!(
+        w,
+        "| tasks | checkpoints per task | RssAnon growth | per task | per task after malloc_trim | RssFile growth | open time |"
+    );
+    let _ = writeln!(w, "|---:|---:|---:|---:|---:|---:|---:|");
+    for i in &run.index {
+        let _ = writeln!(
+            w,
+            "| {} | {} | {} | {:.0} B | {:.0} B | {} | {} |",
+            i.tasks,
+            i.checkpoints_per_task,
+            fmt_bytes(i.anon_bytes as f64),
+            i.anon_bytes as f64 / i.tasks as f64,
+            i.anon_trimmed_bytes as f64 / i.tasks as f64,
+            fmt_bytes(i.file_bytes as f64),
+            fmt_ms(i.open.as_secs_f64() * 1e3)
+        );
+    }
+    let _ = writeln!(w);
+}
+
+fn details(w: &mut String, cfg: &Config, run: &Run) {
+    let _ = writeln!(w, "## Details\n");
+    let _ = writeln!(
+        w,
+        "Disk probe: p50 of 16 × (4 KiB `pwrite` + `fdatasync`) into a written file just before \
+         each run; other processes' I/O on the shared disk shows up here as a higher figure{}. \
+         CPU in commit: CPU time (user + system, `CLOCK_THREAD_CPUTIME_ID`) the committing \
+         threads spent inside their commit calls, per commit: the store's own work plus the \
+         write and fdatasync system calls of the commits that led a batch; background threads \
+         (okaywal's, agentwal-periodic's flusher) are not counted.\n",
+        if cfg.calm_us > 0.0 {
+            format!(
+                " (runs waited up to 30 s for it to fall to {} or less: AGENTWAL_BENCH_CALM_US={})",
+                fmt_ms(cfg.calm_us / 1e3),
+                cfg.calm_us
+            )
+        } else {
+            String::new()
+        }
+    );
+    let _ = writeln!(
+        w,
+        "| backend | T | commits/s per round | disk probe per round | max commit | CPU in commit | other |"
+    );
+    let _ = writeln!(w, "|---|---:|---|---|---:|---:|---|");
+    for &t in &cfg.threads {
+        for &b in &cfg.backends {
+            let Some(rounds) = run.rounds.get(&(t, b.name())) else {
+                continue;
+            };
+            let m = Measurement::median_of(rounds);
+            let per_round: Vec<String> = rounds.iter().map(|r| fmt_rate(r.commits_per_s)).collect();
+            let probes: Vec<String> = rounds.iter().map(|r| fmt_ms(r.probe_us / 1e3)).collect();
+            let mut other = Vec::new();
+            if let (Some(log), Some(fsyncs), Some(batch)) = (m.log_bytes, m.fsyncs, m.mean_batch) {
+                other.push(format!(
+                    "log bytes {:.2}× delta, {fsyncs:.0} fdatasyncs, {batch:.1} records/batch",
+                    log / m.delta_postcard
+                ));
+            }
+            if let Some(busy) = m.busy_retries {
+                other.push(format!("{busy:.0} SQLITE_BUSY retried"));
+            }
+            let _ = writeln!(
+                w,
+                "| {} | {t} | {} | {} | {} | {:.1} µs | {} |",
+                b.name(),
+                per_round.join(" / "),
+                probes.join(" / "),
+                fmt_ms(m.max_ms),
+                m.step_cpu_us,
+                other.join("; ")
+            );
+        }
+    }
+}
