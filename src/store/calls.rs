@@ -1,6 +1,7 @@
 //! The tool-call journal: durable intent before a tool runs, durable result after, so a
 //! restarted agent never runs a finished tool twice and knows which calls are uncertain.
 
+use super::backend::read_record;
 use super::codec::{self, CallBeginRec, CallFinishRec, Decoded};
 use super::index::CallEntry;
 use super::{
@@ -182,7 +183,7 @@ impl<S: State> Store<S> {
         pos: RecordPos,
         f: impl FnOnce(Decoded<'_>) -> Option<T>,
     ) -> Result<T> {
-        self.inner.log.read_with(pos, |rec| {
+        read_record(&*self.inner.backend, pos, |rec| {
             let decoded = codec::decode(&rec)?;
             let found = match &decoded {
                 Decoded::CallBegin(b) => Some((b.task, b.call_id)),
@@ -196,7 +197,9 @@ impl<S: State> Store<S> {
                 return Err(codec::decode_error(&rec, why));
             }
             f(decoded).ok_or_else(|| {
-                let why = format!("index of call {call_id:?} of task {task:?} points at the wrong kind of record");
+                let why = format!(
+                    "index of call {call_id:?} of task {task:?} points at the wrong kind of record"
+                );
                 codec::decode_error(&rec, why)
             })
         })

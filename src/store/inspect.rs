@@ -1,6 +1,7 @@
 //! Read-side views for tools (the CLI): task summaries, the whole call journal, record
 //! descriptions for dumps, and a full decode check.
 
+use super::backend::read_record;
 use super::codec::{self, Body, Decoded};
 use super::index::CallEntry;
 use super::{Store, TASK_ID_BYTES_MAX, validate_id};
@@ -249,8 +250,8 @@ impl<S: State> Store<S> {
                 )
             };
             for (seq, cp) in (first_seq..).zip(&checkpoints) {
-                self.inner.log.read_with(cp.pos, |rec| {
-                    let c = super::indexed_checkpoint(&rec, &task, seq)?;
+                read_record(&*self.inner.backend, cp.pos, |rec| {
+                    let c = super::load::indexed_checkpoint(&rec, &task, seq)?;
                     if (c.body_kind == Body::Snapshot) != cp.snapshot {
                         let why = format!(
                             "index of task {task:?} seq {seq} expects a {} and the record is a {:?}",
@@ -263,7 +264,7 @@ impl<S: State> Store<S> {
                         report.not_decoded(c.schema_version, || "not asked to decode".into());
                         return Ok(());
                     }
-                    match super::decode_body::<S>(&rec, &c) {
+                    match super::load::decode_body::<S>(&rec, &c) {
                         Ok(_) => report.bodies_decoded += 1,
                         Err(e) if bodies == BodyCheck::Try => {
                             report.not_decoded(c.schema_version, || e.to_string());

@@ -1,0 +1,195 @@
+//! The commit path: the snapshot policy, encoding, and appending a checkpoint.
+
+use super::*;
+
+impl<S: State> Store<S> {
+    /// Commits `delta` as the task's next checkpoint and returns its seq (1, 2, 3, ...).
+    /// With `SyncMode::Always` the checkpoint is durable when this returns. Commits to one
+    /// task are serialized; commits to different tasks share fsyncs.
+    pub fn commit(&self, task: &str, delta: &S::Delta) -> Result<u64> {
+        self.commit_inner(task, None, delta)
+    }
+
+    /// Like [`commit`](Self::commit), but only if the task's latest seq is `expected_seq`
+    /// (0: the task must not exist); otherwise [`Error::Conflict`].
+    pub fn commit_if(&self, task: &str, expected_seq: u64, delta: &S::Delta) -> Result<u64> {
+        self.commit_inner(task, Some(expected_seq), delta)
+    }
+
+    pub(super) fn commit_inner(
+        &self,
+        task: &str,
+        expected: Option<u64>,
+        delta: &S::Delta,
+    ) -> Result<u64> {
+        self.writable()?;
+        validate_id("task id", task, TASK_ID_BYTES_MAX)?;
+        codec::with_encoded(delta, |delta_bytes| {
+            self.with_task_lock(task, |slot| {
+                self.commit_locked(task, slot, expected, delta, delta_bytes)
+            })
+        })
+    }
+
+    pub(super) fn commit_locked(
+        &self,
+        task: &str,
+        slot: &Arc<TaskSlot>,
+        expected: Option<u64>,
+        delta: &S::Delta,
+        delta_bytes: &[u8],
+    ) -> Result<u64> {
+        let (latest, snapshot_due, previous_ms, state_bytes) = {
+            let data = slot.data.read();
+            // A history written under another schema version: rebuilding the state
+            // (through the migration hooks) before writing refuses the commit if it
+            // cannot be read, and the snapshot then written leaves it readable as is.
+            let due = self.snapshot_due(&data, delta_bytes.len()) || data.foreign_schema;
+            // What the state's encoding takes, give or take: the last snapshot and the
+            // deltas since (an upper bound when deltas overwrite).
+            let state_bytes = data.snapshot_bytes + data.delta_bytes_since_snapshot;
+            (
+                data.latest_seq(),
+                due,
+                data.latest_created_at_ms(),
+                state_bytes,
+            )
+        };
+        if let Some(expected) = expected
+            && expected != latest
+        {
+            return Err(Error::Conflict {
+                task: task.to_string(),
+                expected,
+                actual: latest,
+            });
+        }
+        let seq = latest + 1;
+        let next = self.state_after(task, slot, latest, delta, snapshot_due)?;
+        let snapshot = match (&next, snapshot_due) {
+            (Some(state), true) => {
+                self.encode_snapshot(task, state, state_bytes + delta_bytes.len() as u64)?
+            }
+            _ => None,
+        };
+        let (body_kind, body) = match &snapshot {
+            Some(bytes) => (Body::Snapshot, bytes.as_slice()),
+            None => (Body::Delta, delta_bytes),
+        };
+        let rec = CheckpointRec {
+            task,
+            seq,
+            // Never earlier than the previous checkpoint, so max_age retention can bisect.
+            created_at_ms: now_ms().max(previous_ms),
+            schema_version: S::VERSION,
+            body_kind,
+            origin: None,
+            body,
+        };
+        self.append_live(codec::KIND_CHECKPOINT, codec::Decoded::Checkpoint(rec))?;
+        self.inner.commits.fetch_add(1, Ordering::Relaxed);
+        if let Some(state) = next {
+            self.cache_put(task, slot, seq, state);
+        }
+        Ok(seq)
+    }
+
+    /// The task's state after `delta`, from the cache (or, for a new task, the default
+    /// state); folded from disk only when a snapshot is due and the cache missed. `None`
+    /// when neither is at hand, or the history cannot be folded (headless).
+    pub(super) fn state_after(
+        &self,
+        task: &str,
+        slot: &Arc<TaskSlot>,
+        latest: u64,
+        delta: &S::Delta,
+        snapshot_due: bool,
+    ) -> Result<Option<Arc<S>>> {
+        let mut state = if latest == 0 {
+            Some(Arc::new(S::default()))
+        } else {
+            self.cache.take(task, slot, latest)
+        };
+        if state.is_none() && snapshot_due {
+            let _reading = self.inner.relocation.read();
+            let plan = slot.data.read().fold_plan(latest);
+            if let Some(plan) = plan {
+                state = Some(Arc::new(self.fold(task, latest, &plan)?));
+            }
+        }
+        if let Some(state) = state.as_mut() {
+            // Cloned only if a reader still holds this state.
+            Arc::make_mut(state).apply(delta);
+        }
+        Ok(state)
+    }
+
+    /// Caches the task's state at `seq`, sized by the records a load would read.
+    pub(super) fn cache_put(&self, task: &str, slot: &Arc<TaskSlot>, seq: u64, state: Arc<S>) {
+        let bytes = {
+            let data = slot.data.read();
+            data.snapshot_bytes + data.delta_bytes_since_snapshot
+        };
+        self.cache.put(task, slot, seq, state, bytes);
+    }
+
+    /// Encodes `state` as a snapshot, unless it cannot fit in a record. `estimate_bytes`
+    /// sizes the buffer up front.
+    pub(super) fn encode_snapshot(
+        &self,
+        task: &str,
+        state: &S,
+        estimate_bytes: u64,
+    ) -> Result<Option<Vec<u8>>> {
+        let limit = self.inner.backend.payload_bytes_max();
+        // Never more than a record can hold (a state too big to snapshot keeps
+        // accumulating deltas, and with them the estimate).
+        let bytes = codec::encode_with_capacity(state, estimate_bytes.min(limit) as usize)?;
+        // A snapshot too big for a segment is skipped: the delta alone still commits.
+        let overhead = codec::SNAPSHOT_MARGIN_BYTES
+            + task.len() as u64
+            + codec::CHECKPOINT_FIXED_BYTES_MAX as u64;
+        Ok((bytes.len() as u64 + overhead <= limit).then_some(bytes))
+    }
+
+    /// The snapshot policy: a snapshot once the deltas since the last one outweigh it
+    /// `SNAPSHOT_DELTA_RATIO` times over (bytes written stay within about 1.7 times the
+    /// deltas, a cold load reads at most about 3 times the state), and after at most
+    /// `snapshot_every` deltas whatever their size (bounds the records a cold load folds).
+    pub(super) fn snapshot_due(&self, data: &TaskData, next_delta_bytes: usize) -> bool {
+        let count_due = data.deltas_since_snapshot + 1 >= self.inner.options.snapshot_every;
+        let delta_bytes = data.delta_bytes_since_snapshot + next_delta_bytes as u64;
+        let outweighed =
+            (data.snapshot_bytes * SNAPSHOT_DELTA_RATIO).max(SNAPSHOT_DELTA_BYTES_FLOOR);
+        count_due || delta_bytes > outweighed
+    }
+
+    /// Appends a record and applies it to the index, as replay would.
+    pub(super) fn append_live(&self, kind: u8, rec: codec::Decoded<'_>) -> Result<()> {
+        let payload = match &rec {
+            codec::Decoded::CallBegin(b) => codec::encode(b)?,
+            codec::Decoded::CallFinish(f) => codec::encode(f)?,
+            codec::Decoded::Checkpoint(c) => codec::encode_checkpoint(c)?,
+            codec::Decoded::Delete(d) => codec::encode(d)?,
+        };
+        // Held from append to index update: compaction's barrier (an exclusive hold)
+        // then knows every durable record below the active segment is indexed.
+        let _indexing = self.inner.relocation.read();
+        let appended = self.inner.backend.append(kind, &payload)?;
+        self.apply_live(&rec, appended.pos, appended.bytes)
+    }
+
+    /// Applies a record this handle just made durable to the index.
+    pub(super) fn apply_live(
+        &self,
+        rec: &codec::Decoded<'_>,
+        pos: RecordPos,
+        bytes: u32,
+    ) -> Result<()> {
+        replay::apply(&self.inner.index, rec, pos, bytes).map_err(|why| Error::Corruption {
+            segment: self.inner.backend.path_of(pos),
+            offset: pos.offset,
+            reason: CorruptionReason::Inconsistent(why),
+        })
+    }
+}

@@ -1,0 +1,229 @@
+//! Loads: resolving a checkpoint through the index, the latest-state cache, folding
+//! snapshots and deltas, and the identity checks on every record read.
+
+use super::*;
+
+impl<S: State> Store<S> {
+    /// The task's newest checkpoint, or `None` if the task has none.
+    pub fn load_latest(&self, task: &str) -> Result<Option<Checkpoint<S>>> {
+        validate_id("task id", task, TASK_ID_BYTES_MAX)?;
+        let Some(slot) = self.inner.index.get(task) else {
+            return Ok(None);
+        };
+        let latest = slot.data.read().latest_seq();
+        if latest == 0 {
+            return Ok(None);
+        }
+        self.load_from(task, &slot, latest)
+    }
+
+    /// The task's state exactly as of checkpoint `seq`. `None` if the task does not exist
+    /// or retention dropped that checkpoint; seq 0 or beyond the latest is an error.
+    pub fn load(&self, task: &str, seq: u64) -> Result<Option<Checkpoint<S>>> {
+        validate_id("task id", task, TASK_ID_BYTES_MAX)?;
+        let Some(slot) = self.inner.index.get(task) else {
+            return Ok(None);
+        };
+        let (latest, retained_from) = {
+            let data = slot.data.read();
+            (data.latest_seq(), self.retained_from(&data))
+        };
+        if seq == 0 || seq > latest {
+            return Err(Error::UnknownSeq {
+                task: task.to_string(),
+                seq,
+                latest,
+            });
+        }
+        if seq < retained_from {
+            return Ok(None);
+        }
+        self.load_from(task, &slot, seq)
+    }
+
+    /// The newest retained checkpoint whose state passes `accept` (falls back past
+    /// unhealthy ones); `None` if none does.
+    pub fn load_latest_matching(
+        &self,
+        task: &str,
+        accept: impl Fn(&S) -> bool,
+    ) -> Result<Option<Checkpoint<S>>> {
+        for info in self.list_checkpoints(task)?.iter().rev() {
+            if let Some(cp) = self.load(task, info.seq)?
+                && accept(&cp.state)
+            {
+                return Ok(Some(cp));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Oldest seq retention serves for this task.
+    pub(super) fn retained_from(&self, data: &TaskData) -> u64 {
+        let o = &self.inner.options;
+        let max_age_ms = o.max_age.map(|d| d.as_millis() as u64);
+        data.retained_from(o.keep_checkpoints, max_age_ms, now_ms())
+    }
+
+    pub(super) fn load_from(
+        &self,
+        task: &str,
+        slot: &Arc<TaskSlot>,
+        seq: u64,
+    ) -> Result<Option<Checkpoint<S>>> {
+        let _reading = self.inner.relocation.read();
+        let (created_at_ms, latest) = {
+            let data = slot.data.read();
+            // Deleted since the caller found the slot: a compaction may already have
+            // dropped or moved its records, so its positions point at nothing of its own.
+            if data.deleted {
+                return Ok(None);
+            }
+            let Some(entry) = data.checkpoint(seq) else {
+                return Ok(None);
+            };
+            (entry.created_at_ms, data.latest_seq())
+        };
+        let checkpoint = |state| {
+            Some(Checkpoint {
+                task: task.to_string(),
+                seq,
+                created_at_ms,
+                state,
+            })
+        };
+        if seq == latest
+            && let Some(state) = self.cache.get(task, slot, seq)
+        {
+            return Ok(checkpoint(state));
+        }
+        // The plan only after a cache miss: it lists every record back to the last
+        // snapshot, which a hit must not pay for.
+        let plan = {
+            let data = slot.data.read();
+            if data.deleted {
+                return Ok(None);
+            }
+            data.fold_plan(seq)
+        };
+        let Some(plan) = plan else { return Ok(None) };
+        let state = Arc::new(self.fold(task, seq, &plan)?);
+        if seq == latest {
+            self.cache_put(task, slot, seq, state.clone());
+        }
+        Ok(checkpoint(state))
+    }
+
+    /// Rebuilds the state at `seq` from its fold plan (a snapshot or the first delta,
+    /// then deltas up to `seq`: consecutive seqs).
+    pub(super) fn fold(&self, task: &str, seq: u64, plan: &[CpEntry]) -> Result<S> {
+        let mut state = S::default();
+        let first = (seq + 1).checked_sub(plan.len() as u64);
+        assert!(
+            first.is_some_and(|f| f >= 1),
+            "fold plan longer than the task"
+        );
+        for (entry_seq, entry) in (first.unwrap_or(1)..).zip(plan) {
+            match self.read_body(task, entry_seq, entry.pos)? {
+                DecodedBody::Snapshot(s) => state = s,
+                DecodedBody::Delta(d) => state.apply(&d),
+            }
+        }
+        Ok(state)
+    }
+
+    /// Reads and decodes the body of checkpoint `seq` of `task`, indexed at `pos`,
+    /// migrating data written under another schema version. A record at `pos` that is not
+    /// that checkpoint is an error, never a state.
+    pub(super) fn read_body(&self, task: &str, seq: u64, pos: RecordPos) -> Result<DecodedBody<S>> {
+        read_record(&*self.inner.backend, pos, |rec| {
+            let c = indexed_checkpoint(&rec, task, seq)?;
+            decode_body(&rec, &c)
+        })
+    }
+
+    /// The task's retained checkpoints, oldest first (empty for an unknown task).
+    pub fn list_checkpoints(&self, task: &str) -> Result<Vec<CheckpointInfo>> {
+        validate_id("task id", task, TASK_ID_BYTES_MAX)?;
+        let Some(slot) = self.inner.index.get(task) else {
+            return Ok(Vec::new());
+        };
+        let data = slot.data.read();
+        let retained_from = self.retained_from(&data);
+        Ok(data
+            .checkpoints
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| data.first_seq + *i as u64 >= retained_from)
+            .map(|(i, c)| {
+                let seq = data.first_seq + i as u64;
+                CheckpointInfo {
+                    seq,
+                    created_at_ms: c.created_at_ms,
+                    bytes: u64::from(c.bytes),
+                    snapshot: c.snapshot,
+                    forked_from: (seq == 1)
+                        .then(|| data.origin.as_deref().map(|(t, s)| (t.to_string(), *s)))
+                        .flatten(),
+                }
+            })
+            .collect())
+    }
+
+    /// Ids of all tasks, sorted.
+    pub fn tasks(&self) -> Result<Vec<String>> {
+        Ok(self.inner.index.task_ids())
+    }
+}
+
+/// The checkpoint record `rec`, which the index of `task` points at for `seq`; an error if
+/// the record is not that checkpoint.
+pub(super) fn indexed_checkpoint<'a>(
+    rec: &RecordRef<'a>,
+    task: &str,
+    seq: u64,
+) -> Result<CheckpointRec<'a>> {
+    let codec::Decoded::Checkpoint(c) = codec::decode(rec)? else {
+        let why = "index points at a non-checkpoint record".into();
+        return Err(codec::decode_error(rec, why));
+    };
+    if (c.task, c.seq) != (task, seq) {
+        let why = format!(
+            "index of task {task:?} seq {seq} points at seq {} of {:?}",
+            c.seq, c.task
+        );
+        return Err(codec::decode_error(rec, why));
+    }
+    Ok(c)
+}
+
+/// Decodes the body of checkpoint `c` (read at `rec`) as `S` or `S::Delta`, migrating data
+/// written under another schema version. Reads nothing: every error is about the body.
+pub(super) fn decode_body<S: State>(
+    rec: &RecordRef<'_>,
+    c: &CheckpointRec<'_>,
+) -> Result<DecodedBody<S>> {
+    // The record checked out before this point, so a body that does not decode is not
+    // damage (see `Error::BodyDecode`).
+    let bad = |e: postcard::Error| Error::BodyDecode {
+        segment: rec.segment.to_path_buf(),
+        offset: rec.offset,
+        task: c.task.to_string(),
+        seq: c.seq,
+        schema_version: c.schema_version,
+        reason: e.to_string(),
+    };
+    let (version, body) = (c.schema_version, c.body);
+    Ok(match (c.body_kind, version == S::VERSION) {
+        (Body::Snapshot, true) => DecodedBody::Snapshot(postcard::from_bytes(body).map_err(bad)?),
+        (Body::Snapshot, false) => DecodedBody::Snapshot(S::migrate_state(version, body)?),
+        (Body::Delta, true) => DecodedBody::Delta(postcard::from_bytes(body).map_err(bad)?),
+        (Body::Delta, false) => DecodedBody::Delta(S::migrate_delta(version, body)?),
+    })
+}
+
+/// A checkpoint record's decoded body.
+pub(super) enum DecodedBody<S: State> {
+    Snapshot(S),
+    Delta(S::Delta),
+}
