@@ -39,22 +39,8 @@ impl<S: State> Store<S> {
         delta: &S::Delta,
         delta_bytes: &[u8],
     ) -> Result<u64> {
-        let (latest, snapshot_due, previous_ms, state_bytes) = {
-            let data = slot.data.read();
-            // A history written under another schema version: rebuilding the state
-            // (through the migration hooks) before writing refuses the commit if it
-            // cannot be read, and the snapshot then written leaves it readable as is.
-            let due = self.snapshot_due(&data, delta_bytes.len()) || data.foreign_schema;
-            // What the state's encoding takes, give or take: the last snapshot and the
-            // deltas since (an upper bound when deltas overwrite).
-            let state_bytes = data.snapshot_bytes + data.delta_bytes_since_snapshot;
-            (
-                data.latest_seq(),
-                due,
-                data.latest_created_at_ms(),
-                state_bytes,
-            )
-        };
+        let at = self.commit_point(slot, delta_bytes.len());
+        let (latest, snapshot_due) = (at.latest_seq, at.snapshot_due);
         if let Some(expected) = expected
             && expected != latest
         {
@@ -68,7 +54,7 @@ impl<S: State> Store<S> {
         let next = self.state_after(task, slot, latest, delta, snapshot_due)?;
         let snapshot = match (&next, snapshot_due) {
             (Some(state), true) => {
-                self.encode_snapshot(task, state, state_bytes + delta_bytes.len() as u64)?
+                self.encode_snapshot(task, state, at.state_bytes + delta_bytes.len() as u64)?
             }
             _ => None,
         };
@@ -80,7 +66,7 @@ impl<S: State> Store<S> {
             task,
             seq,
             // Never earlier than the previous checkpoint, so max_age retention can bisect.
-            created_at_ms: now_ms().max(previous_ms),
+            created_at_ms: now_ms().max(at.previous_ms),
             schema_version: S::VERSION,
             body_kind,
             origin: None,
@@ -92,6 +78,23 @@ impl<S: State> Store<S> {
             self.cache_put(task, slot, seq, state);
         }
         Ok(seq)
+    }
+
+    /// Where the task stands before a commit of a `delta_bytes` delta (read under the
+    /// task's commit lock, so it holds until the append).
+    fn commit_point(&self, slot: &TaskSlot, delta_bytes: usize) -> CommitPoint {
+        let data = slot.data.read();
+        CommitPoint {
+            latest_seq: data.latest_seq(),
+            // A history written under another schema version: rebuilding the state
+            // (through the migration hooks) before writing refuses the commit if it
+            // cannot be read, and the snapshot then written leaves it readable as is.
+            snapshot_due: self.snapshot_due(&data, delta_bytes) || data.foreign_schema,
+            previous_ms: data.latest_created_at_ms(),
+            // What the state's encoding takes, give or take: the last snapshot and the
+            // deltas since (an upper bound when deltas overwrite).
+            state_bytes: data.snapshot_bytes + data.delta_bytes_since_snapshot,
+        }
     }
 
     /// The task's state after `delta`, from the cache (or, for a new task, the default
@@ -192,4 +195,16 @@ impl<S: State> Store<S> {
             reason: CorruptionReason::Inconsistent(why),
         })
     }
+}
+
+/// Where a task stands when a commit begins.
+struct CommitPoint {
+    /// Its latest seq (0: no checkpoint yet).
+    latest_seq: u64,
+    /// Whether this commit writes a snapshot rather than the delta.
+    snapshot_due: bool,
+    /// `created_at_ms` of its latest checkpoint (the new one is never earlier).
+    previous_ms: u64,
+    /// About what its state's encoding takes (sizes the snapshot buffer).
+    state_bytes: u64,
 }
