@@ -1,9 +1,13 @@
 //! The `agentwal` binary, run as users run it.
 
+mod common;
+
 use std::path::Path;
 use std::process::{Command, Output};
 
 use agentwal::{AgentDelta, Message, Options, State, Store};
+use common::env::env_u64;
+use common::states::Padded;
 use serde::{Deserialize, Serialize};
 use serde_json::Value as J;
 
@@ -262,20 +266,6 @@ fn demo_resumes_after_sigkill_with_side_effects_exactly_once() {
     assert_eq!(r["emails_sent"], r["emails_expected"]);
 }
 
-/// A state that is not `AgentState`: its bodies do not decode as one (the CLI's type).
-#[derive(Debug, Default, Clone, PartialEq, Serialize, Deserialize)]
-struct Padded {
-    n: u64,
-    pad: Vec<u8>,
-}
-
-impl State for Padded {
-    type Delta = Padded;
-    fn apply(&mut self, delta: &Padded) {
-        *self = delta.clone();
-    }
-}
-
 /// Task "counter": 5 commits of `Padded` (snapshots and deltas) and one finished call.
 fn make_custom_store(dir: &Path) {
     let store: Store<Padded> = Store::open_with(
@@ -455,10 +445,7 @@ fn verify_and_show_do_not_call_another_schema_version_corruption() {
 /// Seconds the CLI-beside-a-writer loop runs (`AGENTWAL_CLI_STRESS_SECS`, default 4; the
 /// long run in `scripts/torture.sh` sets more).
 fn cli_stress_secs() -> u64 {
-    std::env::var("AGENTWAL_CLI_STRESS_SECS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(4)
+    env_u64("AGENTWAL_CLI_STRESS_SECS").unwrap_or(4)
 }
 
 /// `verify`, `show`, `calls` and `tasks`, run again and again beside a writer that commits,

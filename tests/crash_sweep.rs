@@ -17,7 +17,7 @@
 //!   fault model a correct engine never leaves mid-log corruption);
 //! - every acknowledged commit, tool-call record and deletion is there, nothing that had
 //!   not started is, and every retained state is the fold of a prefix of the task's
-//!   commits (`sim_workload::check`);
+//!   commits (`common::sim_workload::check`);
 //! - recovery is idempotent: recovery on the same image crashes at a random operation,
 //!   a random crash image of that is recovered again, and the contents are the same;
 //! - writing after recovery works, and is durable: a commit and a call on the recovered
@@ -34,7 +34,7 @@
 //! to `target/crash-sweep/` and the failure prints the command that replays exactly it:
 //! `AGENTWAL_CRASH_REPLAY=<file> [AGENTWAL_CRASH_POINT=<n>]`.
 
-mod sim_workload;
+mod common;
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::PathBuf;
@@ -46,8 +46,11 @@ use std::time::{Duration, Instant};
 use agentwal::Store;
 use agentwal::storage::Storage;
 use agentwal::storage::sim::{SimImage, SimOp, SimStorage};
+use common::env::env_u64;
+use common::panic_text;
+use common::rng::Rng;
+use common::sim_workload::*;
 use serde::{Deserialize, Serialize};
-use sim_workload::*;
 
 /// Steps per thread in a round.
 const STEPS: usize = 40;
@@ -55,15 +58,6 @@ const STEPS: usize = 40;
 const SAMPLES: usize = 6;
 /// The sweep stops after this many failures (`AGENTWAL_CRASH_MAX_FAILURES` overrides).
 const MAX_FAILURES: usize = 20;
-
-fn env_u64(name: &str) -> Option<u64> {
-    let v = std::env::var(name).ok()?;
-    let v = v.replace('_', "");
-    Some(match v.strip_prefix("0x") {
-        Some(hex) => u64::from_str_radix(hex, 16).expect("a hex number"),
-        None => v.parse().expect("a number"),
-    })
-}
 
 #[derive(Serialize, Deserialize)]
 struct Recording {
@@ -241,12 +235,6 @@ fn check_after(got: &mut Contents, delta: &[u8]) -> Result<(), String> {
         true => Ok(()),
         false => Err("the writes after recovery are lost or wrong".into()),
     }
-}
-
-fn panic_text(panic: &Box<dyn std::any::Any + Send>) -> String {
-    let text = panic.downcast_ref::<String>().cloned();
-    text.or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
-        .unwrap_or_default()
 }
 
 /// Recovers `image` (a crash before operation `n`) and judges it.

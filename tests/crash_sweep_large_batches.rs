@@ -43,7 +43,7 @@
 //!
 //! `AGENTWAL_CRASH_POINT=<n>` sweeps only point `n` (failures print it).
 
-mod sim_workload;
+mod common;
 
 use std::collections::HashSet;
 use std::ops::Range;
@@ -57,7 +57,9 @@ use agentwal::log::format::PREALLOCATE_BYTES;
 use agentwal::log::{Log, LogOptions, LogStats, RecoveryMode, SyncMode};
 use agentwal::storage::Storage;
 use agentwal::storage::sim::{SimImage, SimOp, SimStorage};
-use sim_workload::Rng;
+use common::env::env_u64;
+use common::panic_text;
+use common::rng::Rng;
 
 /// The log's directory on the simulated disk.
 const DIR: &str = "/agents/wal";
@@ -328,12 +330,6 @@ fn check_image(
     Ok(())
 }
 
-fn panic_text(panic: &Box<dyn std::any::Any + Send>) -> String {
-    let text = panic.downcast_ref::<String>().cloned();
-    text.or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
-        .unwrap_or_default()
-}
-
 /// A 64-bit hash of `image`'s files (not its label), to recognise an image seen before.
 fn fingerprint(image: &SimImage) -> u64 {
     let mut h = 0u64;
@@ -365,9 +361,7 @@ fn fingerprint(image: &SimImage) -> u64 {
 /// not checked again.
 fn sweep(w: &Workload, rec: &Recording, points: Range<u64>) {
     let started = Instant::now();
-    let only: Option<u64> = std::env::var("AGENTWAL_CRASH_POINT")
-        .ok()
-        .map(|p| p.parse().expect("a crash point number"));
+    let only = env_u64("AGENTWAL_CRASH_POINT");
     let (images, repeats, swept) = (AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0));
     let seen = Mutex::new(HashSet::<(u64, usize, usize)>::new());
     let failures = Mutex::new(Vec::<String>::new());

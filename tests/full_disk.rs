@@ -7,24 +7,25 @@
 //! to skip them. The last test crashes the simulated storage at every point of the
 //! delete-before-write compaction order and checks that nothing acknowledged is lost.
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, MutexGuard};
 
 use agentwal::storage::sim::{SimOp, SimStorage};
 use agentwal::{AgentDelta, AgentState, Error, Options, Store};
-
-/// The tmpfs tests run one at a time: a child process (mount, df, the CLI) forked by
-/// one test while another drops its store inherits the store's lock file descriptor until
-/// it execs, and the other test's reopen then finds the store locked.
-static SERIAL: Mutex<()> = Mutex::new(());
 
 /// A tmpfs mounted on a temporary directory for the life of the guard; unmounted when it
 /// drops, also when the test fails.
 struct Tmpfs {
     dir: tempfile::TempDir,
+    /// `common::serial()`: the tmpfs tests run one at a time, because a child process
+    /// (mount, df, the CLI) forked by one test while another drops its store inherits the
+    /// store's lock file descriptor until it execs, and the other test's reopen then finds
+    /// the store locked.
     _serial: MutexGuard<'static, ()>,
 }
 
@@ -32,9 +33,7 @@ impl Tmpfs {
     /// Mounts a tmpfs of `size` (as `mount -o size=` takes it), or `None` when mounting
     /// is impossible and the caller explicitly asked to skip (`AGENTWAL_SKIP_MOUNT_TESTS`).
     fn mount(size: &str) -> Option<Tmpfs> {
-        let serial = SERIAL
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let serial = common::serial();
         let dir = tempfile::tempdir().expect("a temporary directory");
         let out = Command::new("mount")
             .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])

@@ -1,16 +1,10 @@
 //! The index keeps positions and small metadata per task, not states: a rough check of
 //! its memory per task (its own test binary, so no other test's allocations interfere).
 
-use agentwal::{AgentDelta, Options, Store, SyncMode};
+mod common;
 
-fn rss_anon_bytes() -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("RssAnon:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-        .map_or(0, |kb| kb * 1024)
-}
+use agentwal::{AgentDelta, Options, Store, SyncMode};
+use common::rss_anon_bytes;
 
 #[test]
 fn index_memory_per_task_is_small() {

@@ -16,10 +16,11 @@
 //!
 //! `AGENTWAL_IO_ERRORS_SEED` changes the workload (default below); failures print it.
 
-mod sim_workload;
+mod common;
 
 use agentwal::storage::sim::{SimOp, SimStorage};
-use sim_workload::*;
+use common::env::env_u64;
+use common::sim_workload::*;
 
 const SEED: u64 = 0x10E4;
 const STEPS: usize = 80;
@@ -117,10 +118,8 @@ fn run_with_fault(plan: &[Vec<Step>], n: u64, persistent: bool) -> Result<(), St
 
 #[test]
 fn io_errors() {
-    let first =
-        std::env::var("AGENTWAL_IO_ERRORS_SEED").map_or(SEED, |s| s.parse().expect("a number"));
-    let seeds =
-        std::env::var("AGENTWAL_IO_ERRORS_SEEDS").map_or(SEEDS, |s| s.parse().expect("a number"));
+    let first = env_u64("AGENTWAL_IO_ERRORS_SEED").unwrap_or(SEED);
+    let seeds = env_u64("AGENTWAL_IO_ERRORS_SEEDS").unwrap_or(SEEDS);
     let mut failures = Vec::new();
     let (mut runs, mut ops) = (0, 0);
     for seed in first..first + seeds {

@@ -26,6 +26,8 @@
 //! release); `AGENTWAL_KILL_SEED` replays the kill schedule of a printed seed (the
 //! delays and options; thread interleavings differ from run to run).
 
+mod common;
+
 use std::collections::{BTreeMap, HashMap};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::Path;
@@ -35,6 +37,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use agentwal::{Error, Options, State, Store, SyncMode};
+use common::env::env_u64;
 use serde::{Deserialize, Serialize};
 
 const CHILD_ENV: &str = "AGENTWAL_KILL_CHILD";
@@ -94,12 +97,13 @@ fn fnv(mut h: u64, bytes: &[u8]) -> u64 {
     h
 }
 
-/// Tiny xorshift64* generator (no dependency needed).
-struct Rng(u64);
+/// xorshift64*, not the tests' shared SplitMix64 (`common::rng::Rng`): the deltas and the
+/// kill schedule a printed `AGENTWAL_KILL_SEED` replays are this generator's streams.
+struct XorShift64Star(u64);
 
-impl Rng {
+impl XorShift64Star {
     fn new(seed: u64) -> Self {
-        Rng(seed.wrapping_mul(0x2545_f491_4f6c_dd1d) | 1)
+        XorShift64Star(seed.wrapping_mul(0x2545_f491_4f6c_dd1d) | 1)
     }
     fn next(&mut self) -> u64 {
         self.0 ^= self.0 >> 12;
@@ -121,7 +125,7 @@ fn key(task: &str, seq: u64, salt: u64) -> u64 {
 
 /// Delta `seq` of `task`: mostly small, sometimes a few KiB, so records vary in size.
 fn delta(task: &str, seq: u64) -> Step {
-    let mut rng = Rng::new(key(task, seq, 1));
+    let mut rng = XorShift64Star::new(key(task, seq, 1));
     let len = match rng.below(20) {
         0 => 2000 + rng.below(3000),
         1..=4 => 0,
@@ -140,7 +144,7 @@ fn call_args(task: &str, seq: u64) -> Vec<u8> {
 }
 
 fn call_result(task: &str, seq: u64) -> Vec<u8> {
-    let mut rng = Rng::new(key(task, seq, 2));
+    let mut rng = XorShift64Star::new(key(task, seq, 2));
     (0..rng.below(300)).map(|_| rng.next() as u8).collect()
 }
 
@@ -175,7 +179,7 @@ fn child_writer() {
     let Some(dir) = std::env::var_os(CHILD_ENV) else {
         return;
     };
-    let keep = std::env::var(KEEP_ENV).ok().and_then(|k| k.parse().ok());
+    let keep = env_u64(KEEP_ENV).map(|k| u32::try_from(k).expect("a checkpoint count"));
     let started = Instant::now();
     let store: Store<Chain> = Store::open_with(&dir, options(keep)).unwrap_or_else(|e| {
         fail_child(&format!("open failed: {e}"));
@@ -284,7 +288,7 @@ fn kill9_rounds() {
     let dir = tempfile::tempdir().unwrap();
     let store_dir = dir.path().join("store");
     let mut oracle = Oracle::default();
-    let mut rng = Rng::new(seed);
+    let mut rng = XorShift64Star::new(seed);
     let mut totals = Totals::default();
     for round in 0..rounds {
         let ctx = format!("seed {seed} ({SEED_ENV}={seed}), round {round}");
@@ -308,14 +312,6 @@ fn kill9_rounds() {
         totals.begins,
         totals.finishes,
     );
-}
-
-fn env_u64(name: &str) -> Option<u64> {
-    let v = std::env::var(name).ok()?;
-    Some(
-        v.parse()
-            .unwrap_or_else(|_| panic!("{name}={v:?} is not a number")),
-    )
 }
 
 #[derive(Debug, Clone, Copy)]

@@ -3,21 +3,20 @@
 //! files in a store, a schema version bumped without migration hooks. Each failure must
 //! leave nothing behind and name what is wrong.
 
+mod common;
+
 use std::path::Path;
-use std::sync::{Arc, Barrier, Mutex};
+use std::sync::{Arc, Barrier};
 
 use agentwal::log::format::segment_file_name;
 use agentwal::{
-    AgentDelta, AgentState, CorruptionReason, Error, NotAStoreReason, Options, State, Store,
-    SyncMode,
+    AgentDelta, AgentState, CorruptionReason, Error, NotAStoreReason, Options, Store, SyncMode,
 };
+use common::states::{CounterV1, CounterV2, CounterV2Migrating};
+use common::{rss_anon_bytes, serial};
 
-/// The tests of this binary run one at a time: one of them measures the process's memory.
-static SERIAL: Mutex<()> = Mutex::new(());
-
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
+// Every test holds `serial()`, so they run one at a time: one of them measures the
+// process's memory.
 
 fn opts() -> Options {
     Options {
@@ -33,15 +32,6 @@ fn small_segments() -> Options {
         segment_bytes: 4096,
         ..opts()
     }
-}
-
-fn rss_anon_bytes() -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("RssAnon:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-        .map_or(0, |kb| kb * 1024)
 }
 
 fn hi() -> AgentDelta {
@@ -320,47 +310,6 @@ fn a_stray_segment_file_is_named_not_the_healthy_final_segment() {
         std::fs::remove_file(&path).unwrap();
         let store: Store = Store::open_with(dir, small_segments()).unwrap();
         assert_eq!(store.tasks().unwrap().len(), 3);
-    }
-}
-
-#[derive(Debug, Default, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
-struct CounterV1 {
-    total: i64,
-}
-impl State for CounterV1 {
-    type Delta = i64;
-    fn apply(&mut self, d: &i64) {
-        self.total += d;
-    }
-}
-
-#[derive(Debug, Default, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
-struct CounterV2 {
-    total: i64,
-    label: String,
-}
-impl State for CounterV2 {
-    type Delta = (i64, String);
-    const VERSION: u32 = 2;
-    fn apply(&mut self, d: &(i64, String)) {
-        self.total += d.0;
-        self.label = d.1.clone();
-    }
-}
-
-#[derive(Debug, Default, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
-struct CounterV2Migrating(CounterV2);
-impl State for CounterV2Migrating {
-    type Delta = (i64, String);
-    const VERSION: u32 = 2;
-    fn apply(&mut self, d: &(i64, String)) {
-        self.0.apply(d);
-    }
-    fn migrate_delta(found: u32, bytes: &[u8]) -> agentwal::Result<(i64, String)> {
-        assert_eq!(found, 1);
-        let v: i64 =
-            postcard::from_bytes(bytes).map_err(|e| Error::InvalidArgument(e.to_string()))?;
-        Ok((v, "migrated".into()))
     }
 }
 

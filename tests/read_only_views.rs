@@ -5,7 +5,7 @@
 //! The stress tests run for `AGENTWAL_RO_STRESS_SECS` seconds (default 3 each; CI uses the
 //! default, `scripts/torture.sh` a longer run).
 
-mod sim_workload;
+mod common;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -13,25 +13,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use agentwal::{AgentDelta, AgentState, Message, Options, State, Store, Value};
+use common::env::env_u64;
+use common::rng::Rng;
+use common::states::Padded;
 use parking_lot::Mutex;
-use serde::{Deserialize, Serialize};
-use sim_workload::Rng;
 
-/// A fixed-size state: its seq and padding, so records of different seqs are the same size
-/// and a stale offset lands exactly on another record.
-#[derive(Debug, Default, Clone, PartialEq, Serialize, Deserialize)]
-struct Padded {
-    n: u64,
-    pad: Vec<u8>,
-}
-
-impl State for Padded {
-    type Delta = Padded;
-    fn apply(&mut self, delta: &Padded) {
-        *self = delta.clone();
-    }
-}
-
+/// A state of fixed size: records of different seqs are the same size, so a stale offset
+/// lands exactly on another record.
 fn padded(n: u64) -> Padded {
     Padded {
         n,
@@ -49,10 +37,7 @@ fn small_segments() -> Options {
 }
 
 fn stress_secs() -> u64 {
-    std::env::var("AGENTWAL_RO_STRESS_SECS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(3)
+    env_u64("AGENTWAL_RO_STRESS_SECS").unwrap_or(3)
 }
 
 #[test]

@@ -1,8 +1,10 @@
 //! The typed Store: checkpoints, reopen, concurrency, fork, tool calls, bad input.
 
-use std::path::Path;
+mod common;
 
 use agentwal::{AgentDelta, AgentState, BodyCheck, Error, Message, Options, State, Store, Value};
+use common::newest_segment;
+use common::states::{CounterV1, CounterV2, CounterV2Migrating};
 
 fn step(i: u64) -> AgentDelta {
     AgentDelta::default()
@@ -22,16 +24,6 @@ fn expected(n: u64) -> AgentState {
         s.apply(&step(i));
     }
     s
-}
-
-fn newest_segment(dir: &Path) -> std::path::PathBuf {
-    let mut segs: Vec<_> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == "wal"))
-        .collect();
-    segs.sort();
-    segs.pop().unwrap()
 }
 
 #[test]
@@ -377,47 +369,6 @@ fn bad_input_is_a_clear_error() {
         Store::<AgentState>::open_read_only(not_a_store.path()),
         Err(Error::NotAStore { .. })
     ));
-}
-
-#[derive(Debug, Default, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
-struct CounterV1 {
-    total: i64,
-}
-impl State for CounterV1 {
-    type Delta = i64;
-    fn apply(&mut self, d: &i64) {
-        self.total += d;
-    }
-}
-
-#[derive(Debug, Default, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
-struct CounterV2 {
-    total: i64,
-    label: String,
-}
-impl State for CounterV2 {
-    type Delta = (i64, String);
-    const VERSION: u32 = 2;
-    fn apply(&mut self, d: &(i64, String)) {
-        self.total += d.0;
-        self.label = d.1.clone();
-    }
-}
-
-#[derive(Debug, Default, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
-struct CounterV2Migrating(CounterV2);
-impl State for CounterV2Migrating {
-    type Delta = (i64, String);
-    const VERSION: u32 = 2;
-    fn apply(&mut self, d: &(i64, String)) {
-        self.0.apply(d);
-    }
-    fn migrate_delta(found: u32, bytes: &[u8]) -> agentwal::Result<(i64, String)> {
-        assert_eq!(found, 1);
-        let v: i64 =
-            postcard::from_bytes(bytes).map_err(|e| Error::InvalidArgument(e.to_string()))?;
-        Ok((v, "migrated".into()))
-    }
 }
 
 #[test]

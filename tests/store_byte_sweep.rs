@@ -17,6 +17,8 @@
 //! second store with `SyncMode::Never`. Every open runs under `catch_unwind`; a panic is a
 //! failure. The log-level sweeps are in `tests/log_faults.rs`.
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::{Path, PathBuf};
@@ -28,6 +30,7 @@ use agentwal::log::{Log, LogOptions};
 use agentwal::storage::Storage;
 use agentwal::storage::sim::{SimImage, SimStorage};
 use agentwal::{AgentDelta, AgentState, Error, Message, Options, PendingCall, Store, SyncMode};
+use common::panic_text;
 
 /// The store's directory on the simulated disk.
 const DIR: &str = "/agents/db";
@@ -319,14 +322,7 @@ fn open_image(image: &SimImage) -> Result<(SimStorage, agentwal::Result<Store>),
     let sim = SimStorage::from_image(image);
     catch_unwind(AssertUnwindSafe(|| open(&sim)))
         .map(|opened| (sim, opened))
-        .map_err(|p| format!("open panicked: {}", panic_message(&p)))
-}
-
-fn panic_message(p: &Box<dyn std::any::Any + Send>) -> String {
-    p.downcast_ref::<String>()
-        .cloned()
-        .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
-        .unwrap_or_else(|| "(no message)".into())
+        .map_err(|p| format!("open panicked: {}", panic_text(&p)))
 }
 
 /// Checks an opened store answers `want`, then commits once more and checks a reopen from
@@ -367,7 +363,7 @@ fn check_recovered(store: Store, sim: &SimStorage, want: &Answer) -> Result<(), 
         Ok(())
     };
     catch_unwind(AssertUnwindSafe(checks))
-        .unwrap_or_else(|p| Err(format!("panicked: {}", panic_message(&p))))
+        .unwrap_or_else(|p| Err(format!("panicked: {}", panic_text(&p))))
 }
 
 /// Damage that keeps a prefix of the segment: cut at `k`, or zeros from `k` on.

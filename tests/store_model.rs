@@ -39,16 +39,18 @@
 //! overrides them. Failures are not persisted to files: a failing sequence found here
 //! becomes a plain `#[test]` at the bottom of this file.
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::fs::OpenOptions;
 use std::os::unix::fs::FileExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-use agentwal::log::format::{
-    KIND_SEAL, RECORD_HEADER_BYTES, SEGMENT_HEADER_BYTES, parse_segment_file_name,
-};
+use agentwal::log::format::{KIND_SEAL, RECORD_HEADER_BYTES, SEGMENT_HEADER_BYTES};
 use agentwal::log::record::{self, DecodeError};
 use agentwal::{AgentDelta, AgentState, Error, Message, Options, Role, Store, SyncMode, Value};
+use common::env::env_u64;
+use common::newest_segment;
 use proptest::prelude::*;
 use proptest::sample::select;
 use tempfile::TempDir;
@@ -1088,20 +1090,6 @@ fn check_task_infos(store: &Store, model: &Model, ctx: &str) {
     }
 }
 
-/// The newest segment file of `dir`.
-fn newest_segment(dir: &Path) -> PathBuf {
-    std::fs::read_dir(dir)
-        .expect("read store dir")
-        .filter_map(|e| {
-            let e = e.ok()?;
-            let id = parse_segment_file_name(&e.file_name().to_string_lossy())?;
-            Some((id, e.path()))
-        })
-        .max()
-        .expect("a segment file")
-        .1
-}
-
 /// The records of a segment file: (offset, end, kind) of each, in order.
 fn records_in(path: &Path) -> Vec<(usize, usize, u8)> {
     let buf = std::fs::read(path).expect("read segment");
@@ -1348,10 +1336,9 @@ fn options(
 /// `cases` unless `PROPTEST_CASES` says otherwise (an explicit `cases` in a config
 /// would otherwise shadow the variable).
 fn config(cases: u32) -> ProptestConfig {
-    let cases = std::env::var("PROPTEST_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(cases);
+    let cases = env_u64("PROPTEST_CASES").map_or(cases, |c| {
+        u32::try_from(c).expect("PROPTEST_CASES fits in a u32")
+    });
     ProptestConfig {
         cases,
         failure_persistence: None,

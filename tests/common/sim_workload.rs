@@ -1,9 +1,7 @@
-//! Shared by `tests/crash_sweep.rs` and `tests/io_errors.rs` (and its `Rng` by
-//! `tests/crash_sweep_large_batches.rs`): an agent workload planned
+//! Shared by `tests/crash_sweep.rs` and `tests/io_errors.rs`: an agent workload planned
 //! from a seed and run on the simulated storage, the log of what each call returned and
 //! between which storage operations, and the oracle that judges a recovered store
 //! against that log.
-#![allow(dead_code)]
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
@@ -12,6 +10,8 @@ use agentwal::storage::Storage;
 use agentwal::storage::sim::SimStorage;
 use agentwal::{CallInfo, Error, Options, State, Store};
 use serde::{Deserialize, Serialize};
+
+use super::rng::Rng;
 
 /// The store's directory on the simulated disk.
 pub const DIR: &str = "/agents/db";
@@ -51,25 +51,6 @@ pub fn options() -> Options {
 pub fn open(sim: &SimStorage) -> agentwal::Result<Store<Tally>> {
     let storage: Arc<dyn Storage> = Arc::new(sim.clone());
     Store::open_on(storage, DIR, options())
-}
-
-/// SplitMix64.
-pub struct Rng(pub u64);
-
-impl Rng {
-    pub fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    pub fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-    pub fn bytes(&mut self, len: usize) -> Vec<u8> {
-        (0..len).map(|_| self.next() as u8).collect()
-    }
 }
 
 #[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
