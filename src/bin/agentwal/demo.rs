@@ -100,7 +100,45 @@ fn run_in(dir: &Path, args: &DemoArgs, json: bool) -> Result<(), Failure> {
             "--- SIGKILL during step {killed_step}: {effect}, its checkpoint was never committed"
         ),
     );
+    let (crash_seq, intact) = reopen_after_crash(dir, json)?;
 
+    say(json, "--- run 2");
+    let resumed_at = run_child(dir, args.steps, None, json)?;
+    let end = End::read(dir, args.steps)?;
+    if json {
+        print_json(&json!({
+            "steps": args.steps, "crash_at": args.crash_at, "killed_during_step": killed_step,
+            "checkpoint_after_crash": crash_seq, "resumed_at_step": resumed_at,
+            "messages_intact_after_crash": intact, "final_seq": end.seq,
+            "final_messages": end.messages, "final_state_intact": end.intact,
+            "emails_expected": end.emails_expected, "emails_sent": end.emails_sent,
+            "duplicate_side_effects": end.duplicates, "exactly_once": end.exactly_once,
+        }));
+    } else {
+        println!(
+            "--- done: {} steps, {} messages; outbox holds {} emails for {} sending steps: {}",
+            end.seq,
+            end.messages,
+            end.emails_sent,
+            end.emails_expected,
+            if end.exactly_once {
+                "each sent exactly once"
+            } else {
+                "DUPLICATES OR LOSSES"
+            }
+        );
+    }
+    if resumed_at != Some(killed_step) || !intact || !end.intact || !end.exactly_once {
+        return Err(Failure::Problem(
+            "the demo's checks failed (see above)".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// Opens the store the killed agent left and reports its latest checkpoint and journal.
+/// Returns that checkpoint's seq and whether its state is what the steps before produce.
+fn reopen_after_crash(dir: &Path, json: bool) -> Result<(u64, bool), Failure> {
     let store: Store = Store::open(dir)?;
     let latest = store
         .load_latest(TASK)?
@@ -125,54 +163,50 @@ fn run_in(dir: &Path, args: &DemoArgs, json: bool) -> Result<(), Failure> {
             store.pending_calls(TASK)?.len(),
         ),
     );
-    drop(store);
+    Ok((latest.seq, intact))
+}
 
-    say(json, "--- run 2");
-    let resumed_at = run_child(dir, args.steps, None, json)?;
-    let store: Store = Store::open(dir)?;
-    let last = store
-        .load_latest(TASK)?
-        .ok_or_else(|| Failure::Problem("no checkpoint at the end".into()))?;
-    let outbox = std::fs::read_to_string(dir.join(OUTBOX)).unwrap_or_default();
-    let sent: Vec<&str> = outbox.lines().collect();
-    let expected_emails = (1..=args.steps)
-        .filter(|s| tool_of(*s) == "send_email")
-        .count();
-    let mut unique = sent.clone();
-    unique.sort_unstable();
-    unique.dedup();
-    let duplicates = sent.len() - unique.len();
-    let exactly_once = duplicates == 0 && sent.len() == expected_emails;
-    let final_intact = *last.state == expected_state(last.seq);
-    if json {
-        print_json(&json!({
-            "steps": args.steps, "crash_at": args.crash_at, "killed_during_step": killed_step,
-            "checkpoint_after_crash": latest.seq, "resumed_at_step": resumed_at,
-            "messages_intact_after_crash": intact, "final_seq": last.seq,
-            "final_messages": last.state.messages.len(), "final_state_intact": final_intact,
-            "emails_expected": expected_emails, "emails_sent": sent.len(),
-            "duplicate_side_effects": duplicates, "exactly_once": exactly_once,
-        }));
-    } else {
-        println!(
-            "--- done: {} steps, {} messages; outbox holds {} emails for {} sending steps: {}",
-            last.seq,
-            last.state.messages.len(),
-            sent.len(),
-            expected_emails,
-            if exactly_once {
-                "each sent exactly once"
-            } else {
-                "DUPLICATES OR LOSSES"
-            }
-        );
+/// What the store and the outbox hold once the agent has run every step.
+struct End {
+    /// The latest checkpoint's seq.
+    seq: u64,
+    /// Its message count.
+    messages: usize,
+    /// Whether its state is what the steps produce.
+    intact: bool,
+    /// Emails the steps send.
+    emails_expected: usize,
+    /// Emails in the outbox.
+    emails_sent: usize,
+    /// Emails in the outbox more than once.
+    duplicates: usize,
+    /// Whether every email went out once and none twice.
+    exactly_once: bool,
+}
+
+impl End {
+    fn read(dir: &Path, steps: u64) -> Result<End, Failure> {
+        let store: Store = Store::open(dir)?;
+        let last = store
+            .load_latest(TASK)?
+            .ok_or_else(|| Failure::Problem("no checkpoint at the end".into()))?;
+        let outbox = std::fs::read_to_string(dir.join(OUTBOX)).unwrap_or_default();
+        let sent: Vec<&str> = outbox.lines().collect();
+        let emails_expected = (1..=steps).filter(|s| tool_of(*s) == "send_email").count();
+        let mut unique = sent.clone();
+        unique.sort_unstable();
+        unique.dedup();
+        let duplicates = sent.len() - unique.len();
+        Ok(End {
+            seq: last.seq,
+            messages: last.state.messages.len(),
+            intact: *last.state == expected_state(last.seq),
+            emails_expected,
+            emails_sent: sent.len(),
+            duplicates,
+            exactly_once: duplicates == 0 && sent.len() == emails_expected,
+        })
     }
-    if resumed_at != Some(killed_step) || !intact || !final_intact || !exactly_once {
-        return Err(Failure::Problem(
-            "the demo's checks failed (see above)".into(),
-        ));
-    }
-    Ok(())
 }
 
 /// Runs the agent process; with `pause_after_tool`, kills it when it reports that step's

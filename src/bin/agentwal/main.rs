@@ -4,8 +4,11 @@
 //! Exit codes: 0 ok, 1 damage was found (or the demo's checks failed), 2 anything else that
 //! stopped a command: bad usage, I/O errors, a held lock, a state the CLI cannot decode.
 
+mod compact;
 mod demo;
 mod inspect;
+mod open;
+mod progress;
 mod render;
 
 use std::path::PathBuf;
@@ -105,6 +108,9 @@ pub enum Failure {
     Usage(String),
 }
 
+/// What a command returns.
+pub type Outcome = Result<(), Failure>;
+
 impl From<agentwal::Error> for Failure {
     fn from(e: agentwal::Error) -> Self {
         // Only bytes that fail their checks are damage. A body that does not decode as
@@ -143,7 +149,7 @@ fn main() -> ExitCode {
             dir,
             keep_checkpoints,
             max_age_secs,
-        } => inspect::compact(&dir, keep_checkpoints, max_age_secs, json),
+        } => compact::compact(&dir, keep_checkpoints, max_age_secs, json),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

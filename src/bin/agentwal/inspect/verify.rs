@@ -1,0 +1,198 @@
+//! `agentwal verify`: checks every segment's checksums, then every task's records, and
+//! maps what it finds to the exit code (1 damage, 2 anything else).
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use agentwal::log::{Log, LogOptions};
+use agentwal::{AgentState, BodyCheck, Error, Store, VerifyReport};
+use serde_json::{Value as J, json};
+
+use super::NOT_AGENT_STATE;
+use crate::open::reopening;
+use crate::progress::spinner;
+use crate::render::{self, print_json};
+use crate::{Failure, Outcome};
+
+#[derive(Default)]
+struct SegmentSummary {
+    records: u64,
+    bytes: u64,
+    first_lsn: u64,
+    last_lsn: u64,
+}
+
+/// The segments by id.
+type Segments = BTreeMap<u64, SegmentSummary>;
+
+/// An error's message, and the segment and offset it points at if it names a record.
+type ErrorReport = (String, (Option<String>, Option<u64>));
+
+/// Runs `agentwal verify`.
+pub fn verify(dir: &Path, json: bool) -> Outcome {
+    let (segments, log_error) = scan_segments(dir)?;
+    // Bodies are only tried as AgentState: a store of another state type verifies all the
+    // same, its bodies listed as not decoded.
+    let (report, error) = match log_error {
+        Some(e) => (None, Some(e)),
+        None => check_records(dir),
+    };
+    let error_report = error.as_ref().map(|e| (e.to_string(), location(e)));
+    // The one mapping of errors to exit codes: 1 for damage, 2 for I/O and the like (a
+    // segment deleted by a concurrent compaction is not corruption).
+    let failure = error.map(Failure::from);
+    let corruption = matches!(failure, Some(Failure::Problem(_)));
+    if json {
+        print_report_json(&segments, report.as_ref(), error_report, corruption);
+    } else {
+        print_report(&segments, report.as_ref(), corruption);
+    }
+    match failure {
+        Some(f) => Err(f),
+        None => {
+            if !json {
+                println!("ok");
+            }
+            Ok(())
+        }
+    }
+}
+
+/// Reads every segment, summing its records; the checksum damage that stopped the scan,
+/// if any.
+fn scan_segments(dir: &Path) -> Result<(Segments, Option<Error>), Failure> {
+    let spin = spinner("scanning segments");
+    let mut segments = Segments::new();
+    let opened = reopening(|| {
+        Log::open_read_only(dir, LogOptions::default(), |rec| {
+            let s = segments.entry(rec.segment_id).or_default();
+            if s.records == 0 {
+                s.first_lsn = rec.lsn;
+            }
+            s.records += 1;
+            s.bytes += u64::from(rec.bytes());
+            s.last_lsn = rec.lsn;
+            Ok(())
+        })
+    });
+    spin.finish_and_clear();
+    let log_error = match opened {
+        Ok(log) => {
+            for id in log.segment_ids()? {
+                segments.entry(id).or_default();
+            }
+            None
+        }
+        Err(e @ (Error::Corruption { .. } | Error::Decode { .. })) => Some(e),
+        Err(e) => return Err(e.into()),
+    };
+    Ok((segments, log_error))
+}
+
+/// Opens the store and checks every task's records, bodies tried as [`AgentState`].
+fn check_records(dir: &Path) -> (Option<VerifyReport>, Option<Error>) {
+    let spin = spinner("checking records");
+    let checked = reopening(|| Store::<AgentState>::open_read_only(dir))
+        .and_then(|s| s.verify_with(BodyCheck::Try));
+    spin.finish_and_clear();
+    match checked {
+        Ok(r) => (Some(r), None),
+        Err(e) => (None, Some(e)),
+    }
+}
+
+/// Where an error points, if it names a record.
+fn location(e: &Error) -> (Option<String>, Option<u64>) {
+    match e {
+        Error::Corruption {
+            segment, offset, ..
+        }
+        | Error::Decode {
+            segment, offset, ..
+        }
+        | Error::BodyDecode {
+            segment, offset, ..
+        } => (Some(segment.display().to_string()), Some(*offset)),
+        _ => (None, None),
+    }
+}
+
+fn print_report_json(
+    segments: &Segments,
+    report: Option<&VerifyReport>,
+    error: Option<ErrorReport>,
+    corruption: bool,
+) {
+    let segs: Vec<J> = segments
+        .iter()
+        .map(|(id, s)| {
+            json!({"segment": agentwal::log::format::segment_file_name(*id), "records": s.records,
+                   "bytes": s.bytes, "first_lsn": s.first_lsn, "last_lsn": s.last_lsn})
+        })
+        .collect();
+    let undecoded: Vec<J> = report
+        .iter()
+        .flat_map(|r| &r.bodies_not_decoded)
+        .map(|u| json!({"schema_version": u.schema_version, "count": u.count, "reason": u.reason}))
+        .collect();
+    print_json(&json!({
+        "ok": error.is_none(), "segments": segs,
+        "tasks": report.map(|r| r.tasks), "checkpoints": report.map(|r| r.checkpoints),
+        "calls": report.map(|r| r.calls),
+        "bodies_decoded": report.map(|r| r.bodies_decoded),
+        "bodies_not_decoded": report.map(|_| undecoded),
+        "error": error.map(|(e, (segment, offset))| json!({
+            "message": e, "corruption": corruption, "segment": segment, "offset": offset,
+        })),
+    }));
+}
+
+fn print_report(segments: &Segments, report: Option<&VerifyReport>, corruption: bool) {
+    println!(
+        "{:<26} {:>9} {:>10} {:>21} STATUS",
+        "SEGMENT", "RECORDS", "BYTES", "LSN"
+    );
+    for (id, s) in segments {
+        let lsns = if s.records == 0 {
+            "-".to_string()
+        } else {
+            format!("{}..{}", s.first_lsn, s.last_lsn)
+        };
+        let status = if s.records == 0 && corruption {
+            "?"
+        } else {
+            "ok"
+        };
+        println!(
+            "{:<26} {:>9} {:>10} {:>21} {status}",
+            agentwal::log::format::segment_file_name(*id),
+            s.records,
+            render::size(s.bytes),
+            lsns
+        );
+    }
+    if let Some(r) = report {
+        println!(
+            "{} task(s), {} checkpoint record(s), {} call(s) checked; {} checkpoint {} decoded as AgentState",
+            r.tasks,
+            r.checkpoints,
+            r.calls,
+            r.bodies_decoded,
+            bodies(r.bodies_decoded)
+        );
+        for u in &r.bodies_not_decoded {
+            println!(
+                "{} checkpoint {} not decoded (schema version {}): {NOT_AGENT_STATE}; \
+                 their records check out (checksum, kind, task, seq)",
+                u.count,
+                bodies(u.count),
+                u.schema_version,
+            );
+            println!("  first: {}", u.reason);
+        }
+    }
+}
+
+fn bodies(n: u64) -> &'static str {
+    if n == 1 { "body" } else { "bodies" }
+}
