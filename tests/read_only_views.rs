@@ -451,8 +451,7 @@ fn mapped_and_open_segments_stay_readable_after_compaction() {
     // Keep one record of the first segment; everything else the writer sealed goes.
     let hooks = KeepOnly {
         lock: parking_lot::RwLock::new(()),
-        keep: appended[0].0,
-        kept: Mutex::new(None),
+        at: Mutex::new(appended[0].0),
     };
     let done = writer
         .compact(true, &hooks)
@@ -462,7 +461,13 @@ fn mapped_and_open_segments_stay_readable_after_compaction() {
         done.removed.len() >= 2,
         "the test needs sealed segments of more than 1 MiB"
     );
-    assert!(hooks.kept.lock().is_some(), "the kept record moved");
+    assert_ne!(*hooks.at.lock(), appended[0].0, "the kept record moved");
+    assert_eq!(
+        writer
+            .read(*hooks.at.lock())
+            .expect("the writer reads it there"),
+        payload(0)
+    );
     for (pos, i) in &appended {
         let read = reader.read(*pos).expect("a pinned segment reads");
         assert_eq!(read, payload(*i), "record {i} at {pos:?}");
@@ -480,8 +485,8 @@ fn mapped_and_open_segments_stay_readable_after_compaction() {
 /// Compaction hooks of an index that holds one record.
 struct KeepOnly {
     lock: parking_lot::RwLock<()>,
-    keep: agentwal::log::RecordPos,
-    kept: Mutex<Option<agentwal::log::RecordPos>>,
+    /// Where the one indexed record is now.
+    at: Mutex<agentwal::log::RecordPos>,
 }
 
 impl agentwal::log::CompactionHooks for KeepOnly {
@@ -492,19 +497,21 @@ impl agentwal::log::CompactionHooks for KeepOnly {
         &self,
         sealed: &dyn Fn(agentwal::log::RecordPos) -> bool,
     ) -> (Vec<agentwal::log::RecordPos>, u64) {
-        (
-            vec![self.keep].into_iter().filter(|p| sealed(*p)).collect(),
-            0,
-        )
+        let at = *self.at.lock();
+        (vec![at].into_iter().filter(|p| sealed(*p)).collect(), 0)
     }
     fn orphan(
         &self,
         vanishes: &dyn Fn(agentwal::log::RecordPos) -> bool,
         moved: &HashMap<agentwal::log::RecordPos, agentwal::log::RecordPos>,
     ) -> Option<agentwal::log::RecordPos> {
-        (vanishes(self.keep) && !moved.contains_key(&self.keep)).then_some(self.keep)
+        let at = *self.at.lock();
+        (vanishes(at) && !moved.contains_key(&at)).then_some(at)
     }
     fn remap(&self, moved: &HashMap<agentwal::log::RecordPos, agentwal::log::RecordPos>) {
-        *self.kept.lock() = moved.get(&self.keep).copied();
+        let mut at = self.at.lock();
+        if let Some(new) = moved.get(&*at) {
+            *at = *new;
+        }
     }
 }

@@ -73,6 +73,13 @@ impl<S: State> Store<S> {
             body,
         };
         self.append_live(codec::KIND_CHECKPOINT, codec::Decoded::Checkpoint(rec))?;
+        // The task's commit lock is held: nothing else can have moved its latest seq, and
+        // a load of `seq` now checks the record it reads is this one (`indexed_checkpoint`).
+        assert_eq!(
+            slot.data.read().latest_seq(),
+            seq,
+            "commit of {task:?} not indexed"
+        );
         self.inner.commits.fetch_add(1, Ordering::Relaxed);
         if let Some(state) = next {
             self.cache_put(task, slot, seq, state);

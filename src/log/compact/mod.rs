@@ -111,6 +111,14 @@ impl Log {
             // gone either way.
             if prepared.is_installed() {
                 hooks.remap(&moved);
+                // Paired with the orphan check above: after the remap nothing indexed may
+                // point into the replaced segments.
+                debug_assert!(
+                    hooks
+                        .orphan(&|p| p.segment_id < through, &HashMap::new())
+                        .is_none(),
+                    "an index entry still points into a replaced segment"
+                );
             }
             installed?;
         }
