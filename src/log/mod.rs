@@ -26,7 +26,6 @@ pub mod record;
 mod recovery;
 pub mod segment;
 mod writer;
-mod zeroing;
 
 use std::collections::HashMap;
 use std::ops::ControlFlow;
