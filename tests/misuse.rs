@@ -6,7 +6,7 @@
 use std::path::Path;
 use std::sync::{Arc, Barrier, Mutex};
 
-use agentwal::log::format::segment_file_name;
+use agentwal::log::segment_file_name;
 use agentwal::{
     AgentDelta, AgentState, CorruptionReason, Error, NotAStoreReason, Options, State, Store,
     SyncMode,

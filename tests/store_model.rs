@@ -44,10 +44,10 @@ use std::fs::OpenOptions;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
-use agentwal::log::format::{
+use agentwal::log::record::{self, DecodeError};
+use agentwal::log::{
     KIND_SEAL, RECORD_HEADER_BYTES, SEGMENT_HEADER_BYTES, parse_segment_file_name,
 };
-use agentwal::log::record::{self, DecodeError};
 use agentwal::{AgentDelta, AgentState, Error, Message, Options, Role, Store, SyncMode, Value};
 use proptest::prelude::*;
 use proptest::sample::select;

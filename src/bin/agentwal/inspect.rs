@@ -333,7 +333,7 @@ pub fn verify(dir: &Path, json: bool) -> Outcome {
         let segs: Vec<J> = segments
             .iter()
             .map(|(id, s)| {
-                json!({"segment": agentwal::log::format::segment_file_name(*id), "records": s.records,
+                json!({"segment": agentwal::log::segment_file_name(*id), "records": s.records,
                        "bytes": s.bytes, "first_lsn": s.first_lsn, "last_lsn": s.last_lsn})
             })
             .collect();
@@ -370,7 +370,7 @@ pub fn verify(dir: &Path, json: bool) -> Outcome {
             };
             println!(
                 "{:<26} {:>9} {:>10} {:>21} {status}",
-                agentwal::log::format::segment_file_name(*id),
+                agentwal::log::segment_file_name(*id),
                 s.records,
                 render::size(s.bytes),
                 lsns
@@ -433,7 +433,7 @@ pub fn dump(dir: &Path, only_segment: Option<u64>, json: bool) -> Outcome {
             .iter()
             .map(|(lsn, seg, off, len, d)| {
                 json!({"lsn": lsn, "kind": d.kind, "task": d.task, "seq": d.seq, "length": len,
-                       "segment": agentwal::log::format::segment_file_name(*seg), "offset": off, "detail": d.detail})
+                       "segment": agentwal::log::segment_file_name(*seg), "offset": off, "detail": d.detail})
             })
             .collect();
         let bad: Vec<J> = corrupt
