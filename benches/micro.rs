@@ -46,8 +46,8 @@ use std::hint::black_box;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use agentwal::log::format::{FLAG_BATCH_END, FLAG_BATCH_START};
 use agentwal::log::record::{self, RecordHeader};
+use agentwal::log::{FLAG_BATCH_END, FLAG_BATCH_START};
 use agentwal::log::{Log, LogOptions, SyncMode};
 use agentwal::{AgentDelta, Message, Options, Store};
 use common::{step, text};
@@ -409,7 +409,7 @@ fn copy_store(cfg: &Config, from: &Path) -> TempDir {
     let to = cfg.tempdir("bench-micro-compact-");
     for entry in std::fs::read_dir(from).expect("list the prepared store") {
         let entry = entry.expect("read a directory entry");
-        if entry.file_name() != agentwal::log::format::LOCK_FILE_NAME {
+        if entry.file_name() != agentwal::log::LOCK_FILE_NAME {
             std::fs::copy(entry.path(), to.path().join(entry.file_name()))
                 .expect("copy a segment file");
         }

@@ -35,7 +35,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Barrier, Mutex};
 use std::time::{Duration, Instant};
 
-use agentwal::log::format::RECORD_HEADER_BYTES;
+use agentwal::log::RECORD_HEADER_BYTES;
 use agentwal::log::record::{self, RecordHeader};
 use agentwal::log::{Log, LogOptions, SyncMode};
 

@@ -408,7 +408,7 @@ fn locate_last_record_of(dir: &Path, task: &str) -> (std::path::PathBuf, u64) {
     })
     .unwrap();
     let (seg, off) = found.unwrap();
-    (agentwal::log::segment::segment_path(dir, seg), off)
+    (agentwal::log::segment_path(dir, seg), off)
 }
 
 /// Regression: compaction drops a task's dead checkpoints only inside the compacted

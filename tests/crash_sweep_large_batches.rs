@@ -53,7 +53,7 @@ use std::sync::mpsc::sync_channel;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use agentwal::log::format::PREALLOCATE_BYTES;
+use agentwal::log::PREALLOCATE_BYTES;
 use agentwal::log::{Log, LogOptions, LogStats, RecoveryMode, SyncMode};
 use agentwal::storage::Storage;
 use agentwal::storage::sim::{SimImage, SimOp, SimStorage};

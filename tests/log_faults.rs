@@ -13,13 +13,13 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use agentwal::log::format::{
+use agentwal::log::SegmentHeader;
+use agentwal::log::record::{self, DecodeError};
+use agentwal::log::{
     FLAG_BATCH_END, FLAG_BATCH_START, FLAG_DURABLE_BEFORE, FORMAT_VERSION, KIND_SEAL,
     LOCK_FILE_NAME, PREALLOCATE_BYTES, RECORD_HEADER_BYTES, SEGMENT_HEADER_BYTES, mask_crc,
     segment_file_name,
 };
-use agentwal::log::record::{self, DecodeError};
-use agentwal::log::segment::SegmentHeader;
 use agentwal::log::{Log, LogOptions, RecordRef, RecoveryMode, SkippedRange, SyncMode};
 use agentwal::{CorruptionReason, Error};
 use tempfile::TempDir;

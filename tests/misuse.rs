@@ -8,7 +8,7 @@ mod common;
 use std::path::Path;
 use std::sync::{Arc, Barrier};
 
-use agentwal::log::format::segment_file_name;
+use agentwal::log::segment_file_name;
 use agentwal::{
     AgentDelta, AgentState, CorruptionReason, Error, NotAStoreReason, Options, Store, SyncMode,
 };

@@ -25,8 +25,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
-use agentwal::log::format::{RECORD_HEADER_BYTES, SEGMENT_HEADER_BYTES};
 use agentwal::log::{Log, LogOptions};
+use agentwal::log::{RECORD_HEADER_BYTES, SEGMENT_HEADER_BYTES};
 use agentwal::storage::Storage;
 use agentwal::storage::sim::{SimImage, SimStorage};
 use agentwal::{AgentDelta, AgentState, Error, Message, Options, PendingCall, Store, SyncMode};

@@ -46,8 +46,8 @@ use std::fs::OpenOptions;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 
-use agentwal::log::format::{KIND_SEAL, RECORD_HEADER_BYTES, SEGMENT_HEADER_BYTES};
 use agentwal::log::record::{self, DecodeError};
+use agentwal::log::{KIND_SEAL, RECORD_HEADER_BYTES, SEGMENT_HEADER_BYTES};
 use agentwal::{AgentDelta, AgentState, Error, Message, Options, Role, Store, SyncMode, Value};
 use common::env::env_u64;
 use common::newest_segment;

@@ -5,12 +5,12 @@
 
 use std::path::Path;
 
-use agentwal::log::format::{
+use agentwal::log::SegmentHeader;
+use agentwal::log::record::{self, DecodeError};
+use agentwal::log::{
     KIND_SEAL, KIND_UNWRITTEN, KIND_USER_MAX, RECORD_HEADER_BYTES, SEGMENT_HEADER_BYTES,
     parse_segment_file_name, segment_file_name,
 };
-use agentwal::log::record::{self, DecodeError};
-use agentwal::log::segment::SegmentHeader;
 
 /// How many leading offsets of the input are tried as record starts.
 const OFFSETS_TRIED: usize = 24;

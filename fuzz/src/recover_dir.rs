@@ -19,12 +19,12 @@
 use std::io::ErrorKind;
 use std::path::Path;
 
-use agentwal::log::format::{
+use agentwal::log::SegmentHeader;
+use agentwal::log::record::{self, RecordHeader};
+use agentwal::log::{
     FLAG_BATCH_END, FLAG_BATCH_START, FLAG_DURABLE_BEFORE, KIND_SEAL, SEGMENT_FLAG_COMPACTED,
     segment_file_name,
 };
-use agentwal::log::record::{self, RecordHeader};
-use agentwal::log::segment::SegmentHeader;
 use agentwal::log::{Log, LogOptions, RecordPos, RecordRef, RecoveryMode, SyncMode};
 use agentwal::{AgentDelta, AgentState, Message, Options, Store};
 use arbitrary::{Arbitrary, Unstructured};

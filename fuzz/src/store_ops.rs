@@ -18,8 +18,8 @@ use std::collections::BTreeMap;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
-use agentwal::log::format::{KIND_SEAL, SEGMENT_HEADER_BYTES, parse_segment_file_name};
 use agentwal::log::record;
+use agentwal::log::{KIND_SEAL, SEGMENT_HEADER_BYTES, parse_segment_file_name};
 use agentwal::{AgentDelta, AgentState, Error, Message, Options, State, Store, SyncMode};
 use arbitrary::{Arbitrary, Unstructured};
 

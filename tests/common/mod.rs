@@ -37,8 +37,7 @@ pub fn newest_segment(dir: &Path) -> PathBuf {
         .expect("read store dir")
         .filter_map(|e| {
             let e = e.ok()?;
-            let id =
-                agentwal::log::format::parse_segment_file_name(&e.file_name().to_string_lossy())?;
+            let id = agentwal::log::parse_segment_file_name(&e.file_name().to_string_lossy())?;
             Some((id, e.path()))
         })
         .max()

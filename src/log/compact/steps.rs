@@ -16,9 +16,9 @@
 //! 3. delete the superseded segments and fsync the directory. Any subset may come back
 //!    after a crash; recovery skips them all.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
-use crate::error::{Error, Result};
+use crate::error::{CorruptionReason, Error, Result};
 use crate::log::format::*;
 use crate::log::record::{self, RecordHeader};
 use crate::log::segment::{SegmentHeader, list_segments, segment_path, sync_dir};
@@ -37,6 +37,15 @@ pub(super) struct PreparedCompaction {
     pub(super) bytes: u64,
     /// Set once the rename put it in place (even if making that durable then failed).
     installed: std::sync::atomic::AtomicBool,
+}
+
+/// The live records of a prefix, encoded as a compacted segment's body (no seal yet).
+struct CompactedBody {
+    body: Vec<u8>,
+    /// Old position → new position of every record copied, in log order.
+    moved: Vec<(RecordPos, RecordPos)>,
+    /// LSN of the first record copied.
+    first_lsn: Option<u64>,
 }
 
 impl PreparedCompaction {
@@ -102,44 +111,13 @@ impl Log {
             live.windows(2).all(|w| w[0] < w[1]),
             "live positions must be sorted"
         );
-        let dir = self.dir();
-        let next_first_lsn = match self.writer()?.uncreated_segment() {
-            // Its header does not exist yet; its first LSN is the one the writer will
-            // give it, the LSN the seal of `through_id` hands on. (If the writer creates
-            // it meanwhile, the header says the same.)
-            Some((id, first_lsn)) if id == through_id + 1 => first_lsn,
-            _ => read_header(self.storage(), &segment_path(dir, through_id + 1))?.first_lsn,
-        };
-        let mut body = Vec::new();
-        let mut moved = Vec::with_capacity(live.len());
-        let mut first_lsn = None;
-        for &pos in live {
-            assert!(
-                pos.segment_id <= through_id,
-                "live record outside the compacted prefix"
-            );
-            let new_pos = RecordPos {
-                segment_id: through_id,
-                offset: (SEGMENT_HEADER_BYTES + body.len()) as u64,
-            };
-            self.read_with(pos, |rec| {
-                first_lsn.get_or_insert(rec.lsn);
-                let header = RecordHeader {
-                    payload_len: rec.payload.len() as u32,
-                    lsn: rec.lsn,
-                    kind: rec.kind,
-                    flags: FLAG_BATCH_START | FLAG_BATCH_END,
-                };
-                record::encode_into(
-                    &mut body,
-                    &header,
-                    record::payload_crc(rec.payload),
-                    rec.payload,
-                );
-                Ok(())
-            })?;
-            moved.push((pos, new_pos));
-        }
+        let next_first_lsn = self.first_lsn_after(through_id)?;
+        let CompactedBody {
+            mut body,
+            moved,
+            first_lsn,
+        } = self.copy_live(through_id, live)?;
+        let seal_offset = (SEGMENT_HEADER_BYTES + body.len()) as u64;
         let seal = RecordHeader {
             payload_len: SEAL_PAYLOAD_BYTES as u32,
             lsn: next_first_lsn,
@@ -148,22 +126,25 @@ impl Log {
         };
         let next_id = (through_id + 1).to_le_bytes();
         record::encode_into(&mut body, &seal, record::payload_crc(&next_id), &next_id);
+        // The index is switched to `moved` once the file is in place: every new position
+        // must be a record of it, in order, before the seal (recovery checks the records'
+        // LSN order again when it reads the file).
+        assert!(
+            moved.windows(2).all(|w| w[0].1.offset < w[1].1.offset)
+                && moved.iter().all(|(_, new)| {
+                    new.segment_id == through_id
+                        && SEGMENT_HEADER_BYTES as u64 <= new.offset
+                        && new.offset < seal_offset
+                }),
+            "moved positions lie inside the compacted segment, in order"
+        );
         let header = SegmentHeader {
             id: through_id,
             first_lsn: first_lsn.unwrap_or(next_first_lsn),
             flags: SEGMENT_FLAG_COMPACTED,
         };
-        let tmp = dir.join(compact_temp_file_name(through_id));
-        let ctx = |what: &str| format!("{what} compacted segment {}", tmp.display());
-        let file = self
-            .storage()
-            .create(&tmp)
-            .map_err(|e| Error::io(ctx("creating"), e))?;
-        file.write_all_at(&header.encode(), 0)
-            .and_then(|()| file.write_all_at(&body, SEGMENT_HEADER_BYTES as u64))
-            .map_err(|e| Error::io(ctx("writing"), e))?;
-        file.sync_data()
-            .map_err(|e| Error::io(ctx("fsyncing"), e))?;
+        let tmp = self.dir().join(compact_temp_file_name(through_id));
+        self.write_compacted(&tmp, &header, &body)?;
         Ok(PreparedCompaction {
             through_id,
             tmp,
@@ -171,6 +152,84 @@ impl Log {
             bytes: (SEGMENT_HEADER_BYTES + body.len()) as u64,
             installed: Default::default(),
         })
+    }
+
+    /// The first LSN of segment `through_id + 1`: what the compacted segment's seal hands
+    /// on.
+    fn first_lsn_after(&self, through_id: u64) -> Result<u64> {
+        Ok(match self.writer()?.uncreated_segment() {
+            // Its header does not exist yet; its first LSN is the one the writer will
+            // give it, the LSN the seal of `through_id` hands on. (If the writer creates
+            // it meanwhile, the header says the same.)
+            Some((id, first_lsn)) if id == through_id + 1 => first_lsn,
+            _ => read_header(self.storage(), &segment_path(self.dir(), through_id + 1))?.first_lsn,
+        })
+    }
+
+    /// Encodes the records at `live` as the body of compacted segment `through_id`, each
+    /// a batch of its own with its original LSN.
+    fn copy_live(&self, through_id: u64, live: &[RecordPos]) -> Result<CompactedBody> {
+        let mut out = CompactedBody {
+            body: Vec::new(),
+            moved: Vec::with_capacity(live.len()),
+            first_lsn: None,
+        };
+        let mut last_lsn = None;
+        for &pos in live {
+            assert!(
+                pos.segment_id <= through_id,
+                "live record outside the compacted prefix"
+            );
+            let new_pos = RecordPos {
+                segment_id: through_id,
+                offset: (SEGMENT_HEADER_BYTES + out.body.len()) as u64,
+            };
+            self.read_with(pos, |rec| {
+                // Recovery accepts a compacted segment only with rising LSNs. Records read
+                // back in log order have them, unless a salvaged log's segments overlap:
+                // refuse to write a segment the next open would reject.
+                if let Some(last) = last_lsn.filter(|&last| rec.lsn <= last) {
+                    return Err(Error::Corruption {
+                        segment: rec.segment.to_path_buf(),
+                        offset: rec.offset,
+                        reason: CorruptionReason::LsnGap {
+                            expected: last + 1,
+                            found: rec.lsn,
+                        },
+                    });
+                }
+                last_lsn = Some(rec.lsn);
+                out.first_lsn.get_or_insert(rec.lsn);
+                let header = RecordHeader {
+                    payload_len: rec.payload.len() as u32,
+                    lsn: rec.lsn,
+                    kind: rec.kind,
+                    flags: FLAG_BATCH_START | FLAG_BATCH_END,
+                };
+                record::encode_into(
+                    &mut out.body,
+                    &header,
+                    record::payload_crc(rec.payload),
+                    rec.payload,
+                );
+                Ok(())
+            })?;
+            out.moved.push((pos, new_pos));
+        }
+        Ok(out)
+    }
+
+    /// Writes and fsyncs the compacted segment `header` + `body` at `tmp`.
+    fn write_compacted(&self, tmp: &Path, header: &SegmentHeader, body: &[u8]) -> Result<()> {
+        let ctx = |what: &str| format!("{what} compacted segment {}", tmp.display());
+        let file = self
+            .storage()
+            .create(tmp)
+            .map_err(|e| Error::io(ctx("creating"), e))?;
+        file.write_all_at(&header.encode(), 0)
+            .and_then(|()| file.write_all_at(body, SEGMENT_HEADER_BYTES as u64))
+            .map_err(|e| Error::io(ctx("writing"), e))?;
+        file.sync_data().map_err(|e| Error::io(ctx("fsyncing"), e))
     }
 
     /// Step 2: atomically replaces segment `through_id` with the compacted one and makes
@@ -263,7 +322,7 @@ impl Log {
     }
 }
 
-fn read_header(storage: &dyn Storage, path: &std::path::Path) -> Result<SegmentHeader> {
+fn read_header(storage: &dyn Storage, path: &Path) -> Result<SegmentHeader> {
     let file = storage
         .open(path, false)
         .map_err(|e| Error::io(format!("opening {}", path.display()), e))?;

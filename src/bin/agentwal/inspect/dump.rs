@@ -34,7 +34,7 @@ pub fn dump(dir: &Path, only_segment: Option<u64>, json: bool) -> Outcome {
             .iter()
             .map(|(lsn, seg, off, len, d)| {
                 json!({"lsn": lsn, "kind": d.kind, "task": d.task, "seq": d.seq, "length": len,
-                       "segment": agentwal::log::format::segment_file_name(*seg), "offset": off, "detail": d.detail})
+                       "segment": agentwal::log::segment_file_name(*seg), "offset": off, "detail": d.detail})
             })
             .collect();
         let bad: Vec<J> = corrupt

@@ -126,7 +126,7 @@ fn print_report_json(
     let segs: Vec<J> = segments
         .iter()
         .map(|(id, s)| {
-            json!({"segment": agentwal::log::format::segment_file_name(*id), "records": s.records,
+            json!({"segment": agentwal::log::segment_file_name(*id), "records": s.records,
                    "bytes": s.bytes, "first_lsn": s.first_lsn, "last_lsn": s.last_lsn})
         })
         .collect();
@@ -165,7 +165,7 @@ fn print_report(segments: &Segments, report: Option<&VerifyReport>, corruption: 
         };
         println!(
             "{:<26} {:>9} {:>10} {:>21} {status}",
-            agentwal::log::format::segment_file_name(*id),
+            agentwal::log::segment_file_name(*id),
             s.records,
             render::size(s.bytes),
             lsns

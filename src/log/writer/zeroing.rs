@@ -1,10 +1,12 @@
-//! When zeroing preallocated space ahead of the data pays, and when it does not.
+//! Zeroing preallocated space ahead of the data: the writing of the zeros, and the policy
+//! that decides when it pays.
 //!
 //! `fallocate` on ext4 and XFS reserves *unwritten* extents: the first write into one makes
-//! a metadata change that the next fdatasync must persist, a fixed cost per sync. Writing
-//! zeros ahead of the data removes that cost, but sends every byte of the segment to the
-//! device twice (zeros, then data): a cost per byte. Which is cheaper depends on how many
-//! bytes one fdatasync covers.
+//! a metadata change that the next fdatasync must persist (one more device round trip per
+//! batch). Writing zeros ahead of the data, in large writes, makes that change once per
+//! [`ZERO_AHEAD_MIN_BYTES`] instead of once per batch, but sends every byte of the segment
+//! to the device twice (zeros, then data): a cost per byte. Which is cheaper depends on how
+//! many bytes one fdatasync covers.
 //!
 //! Measured on the development machine (ext4, workload benchmark, medians of 5 rounds):
 //! with about 3 KiB per sync (one task) zeroing was 37% faster; with ~23 KiB (16 tasks) 27%
@@ -18,6 +20,19 @@
 //!
 //! Either way, space past the data reads as zeros (written zeros, or unwritten extents), so
 //! the choice changes nothing recovery sees.
+
+use std::sync::atomic::Ordering;
+
+use super::{Io, Writer};
+use crate::error::Result;
+
+/// The writer zeroes preallocated space once fewer than this many zeroed bytes remain
+/// ahead of the data...
+const ZERO_AHEAD_MIN_BYTES: u64 = 512 << 10;
+/// ...up to this many bytes past the data.
+const ZERO_AHEAD_MAX_BYTES: u64 = 1 << 20;
+/// Zeros written per `pwrite` when zeroing ahead.
+static ZEROS: [u8; 64 << 10] = [0; 64 << 10];
 
 /// At or above this average of bytes per fdatasync, the writer stops zeroing ahead: the
 /// extent conversion, paid once per sync, is then cheaper than writing the bytes twice.
@@ -54,6 +69,46 @@ impl ZeroingPolicy {
     /// Whether zeroing ahead is worth its write volume at the current batch sizes.
     pub fn zero_ahead(&self) -> bool {
         !self.skipping
+    }
+}
+
+impl Io {
+    /// Writes zeros past the data when fewer than `ZERO_AHEAD_MIN_BYTES` are zeroed, so
+    /// later batches land on written (not unwritten) extents, unless the policy says batches
+    /// are large enough not to bother. The zeros go only past `write_pos` and within the
+    /// segment; the next fdatasync makes them durable. Returns the bytes of zeros written.
+    pub(super) fn zero_ahead(&mut self, w: &Writer) -> Result<u64> {
+        self.zero_ahead_within(self.segment_end, w)
+    }
+
+    /// [`zero_ahead`](Self::zero_ahead), but not past `limit`.
+    pub(super) fn zero_ahead_within(&mut self, limit: u64, w: &Writer) -> Result<u64> {
+        // Sealed, successor not created yet: nothing to write ahead of.
+        if !self.zeroing.zero_ahead() || self.file.is_none() {
+            return Ok(0);
+        }
+        let from = self.zeroed_end.max(self.write_pos);
+        let to = (self.write_pos + ZERO_AHEAD_MAX_BYTES)
+            .min(self.segment_end)
+            .min(limit);
+        if from >= to || from >= self.write_pos + ZERO_AHEAD_MIN_BYTES {
+            return Ok(0);
+        }
+        self.allocate_through(to)?;
+        debug_assert!(to <= self.allocated_end, "zeros stay inside the file");
+        let mut at = from;
+        while at < to {
+            let n = (to - at).min(ZEROS.len() as u64) as usize;
+            self.file()?
+                .write_all_at(&ZEROS[..n], at)
+                .map_err(|e| self.err("zeroing preallocated space in", e))?;
+            at += n as u64;
+        }
+        w.counters
+            .zero_bytes_written
+            .fetch_add(to - from, Ordering::Relaxed);
+        self.zeroed_end = to;
+        Ok(to - from)
     }
 }
 

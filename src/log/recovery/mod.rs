@@ -1,0 +1,329 @@
+//! Recovery: scans every segment on open, in order, checking that they form one chain,
+//! and verifies every checksum. Within a segment, [`cursor`] turns records into complete
+//! batches for the visitor, and [`verdict`] decides what a stop before the seal is: a torn
+//! tail or corruption.
+
+mod cursor;
+mod source;
+mod verdict;
+
+use std::path::{Path, PathBuf};
+
+use self::cursor::{Cursor, CursorEnd};
+pub(crate) use self::source::SegmentPin;
+use self::source::Source;
+use self::verdict::Verdict;
+use super::format::*;
+use super::segment::{SegmentHeader, list_segments};
+use super::{RecordRef, RecoveryMode};
+use crate::error::{CorruptionReason, Error, Result};
+use crate::storage::Storage;
+
+/// What recovery found, for reports and for the writer.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LogRecovery {
+    /// Records delivered (complete batches only; seals excluded).
+    pub records: u64,
+    /// Bytes of valid records scanned.
+    pub bytes: u64,
+    /// Segment files scanned.
+    pub segments: u64,
+    /// Bytes of the torn tail ignored (and, for a writer, zeroed).
+    pub torn_bytes: u64,
+    /// Byte ranges skipped under `RecoveryMode::Salvage`, with the reason.
+    pub skipped: Vec<SkippedRange>,
+}
+
+/// A corrupt range skipped by salvage recovery.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SkippedRange {
+    /// The segment file.
+    pub segment: PathBuf,
+    /// First byte skipped.
+    pub offset: u64,
+    /// Bytes skipped.
+    pub bytes: u64,
+    /// Why the first record there was rejected.
+    pub reason: CorruptionReason,
+}
+
+/// The state of one segment after recovery.
+#[derive(Debug, Clone)]
+pub(crate) struct SegmentState {
+    pub id: u64,
+    pub path: PathBuf,
+    /// Offset just past the last complete batch (where a writer appends next).
+    pub data_end: u64,
+    /// Offset just past the last non-zero byte of the torn tail (0 if none).
+    pub dirty_end: u64,
+    /// Whether the segment ends with a seal record.
+    pub sealed: bool,
+    /// The file's length on disk.
+    pub file_bytes: u64,
+}
+
+/// Everything `open` learns from the scan.
+pub(crate) struct Scan {
+    pub segments: Vec<SegmentState>,
+    /// Read-only scans only: per scanned segment id, the bytes its records were read from.
+    pub pins: Vec<(u64, SegmentPin)>,
+    /// Segments superseded by a compacted segment (left over by a crash); skipped.
+    pub superseded: Vec<PathBuf>,
+    pub next_lsn: u64,
+    pub report: LogRecovery,
+}
+
+/// Scans all segments of `dir`, calling `visit` for each record of each complete batch.
+/// `locked`: the caller holds the directory's writer lock (and writes nothing during the
+/// scan), so no segment changes while it is read.
+pub(crate) fn scan(
+    storage: &dyn Storage,
+    dir: &Path,
+    mode: RecoveryMode,
+    locked: bool,
+    visit: &mut dyn FnMut(RecordRef<'_>) -> Result<()>,
+) -> Result<Scan> {
+    let mut files = list_segments(storage, dir)?;
+    let (first, headers) = live_headers(storage, &files)?;
+    let superseded = files.drain(..first).map(|(_, p)| p).collect();
+    if mode != RecoveryMode::Salvage {
+        // Judged before any segment's records, so that a file that does not belong (a
+        // stray or empty `.wal`, one past a gap) is the one named, not the healthy final
+        // segment the scan would otherwise find "followed" by it.
+        check_sequence(&files)?;
+        if let Some(Err(e)) = headers.into_iter().find(|h| h.is_err()) {
+            return Err(e);
+        }
+    }
+    let mut out = Scan {
+        superseded,
+        segments: Vec::with_capacity(files.len()),
+        pins: Vec::new(),
+        next_lsn: 1,
+        report: LogRecovery::default(),
+    };
+    let mut expected: Option<(u64, u64)> = None; // (segment id, first lsn) the chain demands
+    let mut read_buf = Vec::new();
+    for (index, (id, path)) in files.iter().enumerate() {
+        let is_last = index + 1 == files.len();
+        // A segment followed by another is never written again (the writer seals it
+        // before creating the next; compaction replaces files by rename): read it in
+        // place through a memory map, without copying it. The last one may be written
+        // meanwhile by a writer, unless the caller holds the lock: if it may, copy it.
+        let source = Source::open(storage, path, !is_last || locked, &mut read_buf)?;
+        let buf = source.bytes(&read_buf);
+        let header = SegmentHeader::decode(buf, path)?;
+        if header.is_compacted() && index > 0 {
+            // Only possible when a compaction finished between listing and reading (a
+            // read-only scan retries) or when files were tampered with.
+            return Err(Error::Corruption {
+                segment: path.clone(),
+                offset: 0,
+                reason: CorruptionReason::BrokenChain(
+                    "compacted segment after older segments".into(),
+                ),
+            });
+        }
+        check_chain(path, *id, &header, expected, mode)?;
+        let SegmentScan { state, next_lsn } =
+            scan_segment(buf, path, &header, is_last, mode, visit, &mut out.report)?;
+        // Never hand the writer an LSN an earlier segment already used: salvage does not
+        // check the chain, so a later segment may start below an earlier one's end. (In
+        // the other modes the chain check makes this a no-op.)
+        out.next_lsn = match index {
+            0 => next_lsn,
+            _ => out.next_lsn.max(next_lsn),
+        };
+        expected = state.sealed.then_some((state.id + 1, next_lsn));
+        if !locked {
+            // Exactly the bytes just scanned: reads through this handle find the records
+            // it indexed, never what a later compaction put under the same name.
+            out.pins.push((*id, source.pin()));
+        }
+        out.report.segments += 1;
+        out.segments.push(state);
+    }
+    Ok(out)
+}
+
+/// The index of the newest segment written by compaction (it supersedes all before it;
+/// 0 if none), and the headers of it and every later segment, in order. Read from the
+/// last segment back, so superseded files (which a compaction may be deleting) are never
+/// opened. An I/O error fails the scan (it is no verdict on the file); a header that does
+/// not decode is kept as its error.
+fn live_headers(
+    storage: &dyn Storage,
+    files: &[(u64, PathBuf)],
+) -> Result<(usize, Vec<Result<SegmentHeader>>)> {
+    let mut headers = Vec::with_capacity(files.len());
+    for (index, (_, path)) in files.iter().enumerate().rev() {
+        let header = read_header(storage, path)?;
+        let compacted = header.as_ref().is_ok_and(|h| h.is_compacted());
+        headers.push(header);
+        if compacted {
+            headers.reverse();
+            return Ok((index, headers));
+        }
+    }
+    headers.reverse();
+    Ok((0, headers))
+}
+
+fn read_header(storage: &dyn Storage, path: &Path) -> Result<Result<SegmentHeader>> {
+    let io_error = |e| Error::io(format!("reading {}", path.display()), e);
+    let mut buf = [0u8; SEGMENT_HEADER_BYTES];
+    let file = storage.open(path, false).map_err(io_error)?;
+    let bytes = match file.read_exact_at(&mut buf, 0) {
+        Ok(()) => buf.len(),
+        // Too short for a header: the decode says so (and whether it is empty).
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+            // (Capped: a reader racing a writer must not index past the buffer.)
+            let len = file.len().map_err(io_error)?.min(buf.len() as u64) as usize;
+            file.read_exact_at(&mut buf[..len], 0).map_err(io_error)?;
+            len
+        }
+        // Taking an unreadable file for "not compacted" would read superseded segments
+        // and report the compacted one as corruption.
+        Err(e) => return Err(io_error(e)),
+    };
+    Ok(SegmentHeader::decode(&buf[..bytes], path))
+}
+
+/// Segment ids go up by one from the first (compaction deletes only ids below the one it
+/// replaces): a gap names the file after it, the one out of sequence.
+fn check_sequence(files: &[(u64, PathBuf)]) -> Result<()> {
+    for pair in files.windows(2) {
+        let ((before, _), (id, path)) = (&pair[0], &pair[1]);
+        if *id != before + 1 {
+            let missing = match id - before {
+                2 => format!("segment {} is", before + 1),
+                _ => format!("segments {}..={} are", before + 1, id - 1),
+            };
+            return Err(Error::Corruption {
+                segment: path.clone(),
+                offset: 0,
+                reason: CorruptionReason::BrokenChain(format!(
+                    "segment {id} is out of sequence: it follows segment {before}, and \
+                     {missing} missing (deleted, or this file does not belong here)"
+                )),
+            });
+        }
+    }
+    Ok(())
+}
+
+fn check_chain(
+    path: &Path,
+    file_id: u64,
+    header: &SegmentHeader,
+    expected: Option<(u64, u64)>,
+    mode: RecoveryMode,
+) -> Result<()> {
+    let broken = |why: String| Error::Corruption {
+        segment: path.to_path_buf(),
+        offset: 0,
+        reason: CorruptionReason::BrokenChain(why),
+    };
+    if header.id != file_id {
+        return Err(broken(format!("header names segment {}", header.id)));
+    }
+    if mode == RecoveryMode::Salvage {
+        return Ok(());
+    }
+    match expected {
+        Some((id, _)) if id != file_id => Err(broken(format!("segment {id} is missing"))),
+        Some((_, lsn)) if lsn != header.first_lsn => Err(broken(format!(
+            "first LSN {} but the previous segment ends before {lsn}",
+            header.first_lsn
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// What the scan of one segment found, and the LSN after its last record.
+pub(crate) struct SegmentScan {
+    pub state: SegmentState,
+    /// The LSN the next record after this segment's carries (the seal's, if sealed).
+    pub next_lsn: u64,
+}
+
+/// Scans one segment: the cursor delivers its complete batches, and each stop before
+/// the seal gets its verdict, which ends the segment, skips ahead (salvage) or fails.
+fn scan_segment(
+    buf: &[u8],
+    path: &Path,
+    header: &SegmentHeader,
+    is_last: bool,
+    mode: RecoveryMode,
+    visit: &mut dyn FnMut(RecordRef<'_>) -> Result<()>,
+    report: &mut LogRecovery,
+) -> Result<SegmentScan> {
+    let mut cursor = Cursor::new(buf, path, header, mode);
+    let mut state = SegmentState {
+        id: header.id,
+        path: path.to_path_buf(),
+        data_end: 0,
+        dirty_end: 0,
+        sealed: false,
+        file_bytes: buf.len() as u64,
+    };
+    loop {
+        let stop = match cursor.run(visit, report)? {
+            CursorEnd::Sealed => {
+                state.sealed = true;
+                break;
+            }
+            CursorEnd::Stopped(stop) => stop,
+        };
+        cursor.drop_partial_batch();
+        let start = cursor.committed_end();
+        match verdict::judge(buf, stop, start, cursor.next_lsn(), is_last, mode) {
+            Verdict::End { torn_bytes } => {
+                report.torn_bytes += torn_bytes;
+                if torn_bytes > 0 {
+                    state.dirty_end = start as u64 + torn_bytes;
+                }
+                break;
+            }
+            Verdict::SkipTo { resume, reason } => cursor.skip_to(resume, reason, report),
+            Verdict::SkipRest { bytes, reason } => {
+                if bytes > 0 {
+                    report.skipped.push(SkippedRange {
+                        segment: path.to_path_buf(),
+                        offset: start as u64,
+                        bytes,
+                        reason,
+                    });
+                    if is_last {
+                        // A writer appends from `start`, over these bytes: it zeroes
+                        // them first, as a torn tail, so none is left past new data.
+                        state.dirty_end = start as u64 + bytes;
+                    }
+                }
+                break;
+            }
+            Verdict::Corrupt { offset, reason } => return Err(corrupt(path, offset, reason)),
+        }
+    }
+    state.data_end = cursor.committed_end() as u64;
+    // The writer appends at `data_end` and zeroes up to `dirty_end`: both inside the file
+    // (asserted again where the writer takes them on).
+    assert!(
+        state.data_end <= state.file_bytes
+            && (state.dirty_end == 0
+                || (state.data_end < state.dirty_end && state.dirty_end <= state.file_bytes)),
+        "segment scan ends inside the file"
+    );
+    Ok(SegmentScan {
+        state,
+        next_lsn: cursor.next_lsn(),
+    })
+}
+
+fn corrupt(path: &Path, offset: u64, reason: CorruptionReason) -> Error {
+    Error::Corruption {
+        segment: path.to_path_buf(),
+        offset,
+        reason,
+    }
+}

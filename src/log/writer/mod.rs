@@ -1,0 +1,392 @@
+//! The writer: appends records and shares fsyncs among concurrent appenders (group commit).
+//!
+//! Appenders reserve an LSN and a position under a short lock and copy their payload into
+//! the queue's byte buffer (room for the header is left in front of it). One of them
+//! becomes the leader: it takes the whole queue, fills in the headers, writes it with one
+//! `write` per segment and one fdatasync, with the lock released, then wakes the others.
+//! Records queued meanwhile form the next batch. In `SyncMode::Always` a batch is written
+//! only after the previous one is durable, so at most one unsynced batch exists at a time.
+//!
+//! Wake-ups: waiters sleep on one of two condition variables, chosen by the parity of the
+//! batch that will satisfy them (the one in flight, or the next). A finishing leader wakes
+//! one waiter of the next batch first, to lead it, then every waiter of its own batch, so
+//! no thread wakes up only to find its record still pending.
+//!
+//! The leader's side is split by job: [`io`] writes runs of records, preallocates and
+//! syncs; [`rotation`] seals a full segment and creates the next; [`zeroing`] writes zeros
+//! ahead of the data while that pays. [`batch`] is the queue appenders fill.
+
+mod batch;
+mod io;
+mod rotation;
+mod zeroing;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use parking_lot::{Condvar, Mutex, MutexGuard};
+
+use self::batch::{Batch, Pending, reserve};
+use self::zeroing::ZeroingPolicy;
+use super::format::*;
+use super::record;
+use super::{RecordPos, SyncMode};
+use crate::error::{Error, Result};
+use crate::storage::{Storage, StorageFile};
+
+/// Payloads at least this large have their CRC computed by the appender, outside the lock,
+/// and combined with the header's by the leader (a fixed ~0.4 µs). Smaller ones are
+/// checksummed by the leader in one pass over header and payload, which costs less than
+/// the combine (about 70 ns for 2 KiB) and keeps the leader's serial work short.
+pub(super) const APPENDER_CRC_MIN_BYTES: usize = 16 << 10;
+
+/// State shared by all appenders, behind one short-held lock.
+struct Shared {
+    queue: Batch,
+    /// An empty batch with capacity, swapped in for the queue a leader takes.
+    spare: Batch,
+    next_lsn: u64,
+    /// Where the next record will go (planned at reservation time).
+    tail: RecordPos,
+    /// Every LSN below this one is written to the file (page cache).
+    written_lsn: u64,
+    /// Every LSN below this one is durable.
+    durable_lsn: u64,
+    leader_active: bool,
+    /// Batches taken so far; while `leader_active`, the one in flight is number `taken`.
+    taken: u64,
+    /// The batch in flight holds every LSN below this one not written before it.
+    in_flight_end: u64,
+    /// Whether the batch in flight ends with an fdatasync.
+    in_flight_sync: bool,
+    /// First write/fsync failure; the handle accepts nothing after it.
+    poisoned: Option<String>,
+}
+
+/// The file side, touched only by the current leader (under `Writer::io`).
+///
+/// Invariant: `synced_pos <= write_pos <= allocated_end`, and `write_pos <= zeroed_end`.
+struct Io {
+    storage: Arc<dyn Storage>,
+    dir: PathBuf,
+    /// The segment being appended to; `None` while segment `segment_id` is sealed and
+    /// its successor is not created yet (a log reopened after its final segment was
+    /// sealed: the successor is created at the first append, so an open needs no space).
+    file: Option<Box<dyn StorageFile>>,
+    segment_id: u64,
+    /// While `file` is `None`: the LSN the seal of `segment_id` hands on.
+    sealed_next_lsn: u64,
+    write_pos: u64,
+    /// Bytes of the segment that are preallocated (the file's length).
+    allocated_end: u64,
+    /// Bytes of the segment written at least once (data or zeros): no unwritten extents.
+    zeroed_end: u64,
+    /// Bytes of the segment known durable.
+    synced_pos: u64,
+    /// Whether to zero ahead, from the bytes recent fdatasyncs covered.
+    zeroing: ZeroingPolicy,
+    segment_bytes: u64,
+    /// Where the current segment ends: `segment_bytes`, or more for a segment reopened
+    /// after it was written with a larger `segment_bytes` (it is sealed at the next append).
+    segment_end: u64,
+    /// For seal records.
+    buf: Vec<u8>,
+}
+
+/// Counters for `stats()`.
+#[derive(Debug, Default)]
+pub(crate) struct Counters {
+    pub appends: AtomicU64,
+    pub batches: AtomicU64,
+    pub fsyncs: AtomicU64,
+    pub bytes_written: AtomicU64,
+    pub zero_bytes_written: AtomicU64,
+    pub rotations: AtomicU64,
+}
+
+/// Where the writer starts after recovery.
+pub(crate) struct WriterStart {
+    pub storage: Arc<dyn Storage>,
+    pub dir: PathBuf,
+    /// `None`: segment `segment_id` is sealed (and durable); the first append creates
+    /// `segment_id + 1` with first LSN `next_lsn`.
+    pub file: Option<Box<dyn StorageFile>>,
+    pub segment_id: u64,
+    pub write_pos: u64,
+    pub file_bytes: u64,
+    /// Bytes of the segment known written (data or zeros) at open: no unwritten extents
+    /// below, so no need to zero them again.
+    pub zeroed_end: u64,
+    pub next_lsn: u64,
+    pub segment_bytes: u64,
+}
+
+/// The group-commit writer.
+///
+/// Locks, in the order they may be taken (the log's full list is in `super::Inner`):
+/// 1. `shared`: every appender, briefly, to reserve its LSN and position and queue its
+///    bytes; waiters sleep on `wake` with it. Never held across I/O.
+/// 2. `io`: the leader, for the whole write and fdatasync of a batch, taken only after
+///    it released `shared` (and released before it takes `shared` again); also taken
+///    alone by `prepare` and `uncreated_segment`. Under it only the storage's own locks
+///    are taken. The two are never held together, so neither order can deadlock.
+pub(crate) struct Writer {
+    shared: Mutex<Shared>,
+    /// Waiters for batch number `n` sleep on `wake[n % 2]`, with `shared` (their mutex).
+    wake: [Condvar; 2],
+    io: Mutex<Io>,
+    sync: SyncMode,
+    segment_bytes: u64,
+    pub counters: Counters,
+    /// Id of the segment being written (segments below it are sealed).
+    pub active_segment: AtomicU64,
+}
+
+impl Writer {
+    pub fn new(start: WriterStart, sync: SyncMode) -> Self {
+        // Recovery's `data_end <= file_bytes` (asserted where it is computed), again where
+        // the writer takes it on: `write_pos` never passes the file's end.
+        assert!(
+            SEGMENT_HEADER_BYTES as u64 <= start.write_pos && start.write_pos <= start.file_bytes,
+            "writer starts inside its segment"
+        );
+        let sealed = start.file.is_none();
+        let tail = RecordPos {
+            segment_id: start.segment_id,
+            // A sealed segment takes no more records: the first one goes to the next.
+            offset: match sealed {
+                true => start.segment_bytes,
+                false => start.write_pos,
+            },
+        };
+        Writer {
+            shared: Mutex::new(Shared {
+                queue: Batch::default(),
+                spare: Batch::default(),
+                next_lsn: start.next_lsn,
+                tail,
+                written_lsn: start.next_lsn,
+                durable_lsn: start.next_lsn,
+                leader_active: false,
+                taken: 0,
+                in_flight_end: start.next_lsn,
+                in_flight_sync: false,
+                poisoned: None,
+            }),
+            wake: [Condvar::new(), Condvar::new()],
+            io: Mutex::new(Io {
+                storage: start.storage,
+                dir: start.dir,
+                file: start.file,
+                segment_id: start.segment_id,
+                sealed_next_lsn: start.next_lsn,
+                write_pos: start.write_pos,
+                allocated_end: start.file_bytes,
+                zeroed_end: start.zeroed_end.min(start.file_bytes).max(start.write_pos),
+                synced_pos: start.write_pos,
+                zeroing: ZeroingPolicy::default(),
+                segment_bytes: start.segment_bytes,
+                segment_end: start
+                    .segment_bytes
+                    .max(start.write_pos + SEAL_RECORD_BYTES as u64),
+                buf: Vec::new(),
+            }),
+            sync,
+            segment_bytes: start.segment_bytes,
+            counters: Counters::default(),
+            // Everything up to a sealed segment is sealed: compaction may take it.
+            active_segment: AtomicU64::new(start.segment_id + u64::from(sealed)),
+        }
+    }
+
+    /// The segment the first append will create, and its first LSN, while it does not
+    /// exist yet (the log was reopened with its final segment sealed).
+    pub fn uncreated_segment(&self) -> Option<(u64, u64)> {
+        let io = self.io.lock();
+        io.file
+            .is_none()
+            .then_some((io.segment_id + 1, io.sealed_next_lsn))
+    }
+
+    /// Zeroes the space ahead of the tail, unless a previous writer did, and makes it
+    /// durable, so that the first batches after an open do not carry the zeros (and the
+    /// extent conversion) in their fsync.
+    pub fn prepare(&self) -> Result<()> {
+        let mut io = self.io.lock();
+        // Only within the space the segment holds already: an open must not need free
+        // space (a full disk is recovered by opening and compacting). Appends zero the
+        // rest when they get there.
+        let allocated = io.allocated_end;
+        // Nothing to sync otherwise: the open fdatasynced the segment before it trusted
+        // the recovered bytes (`writer_start`), and a torn-tail repair synced its zeros.
+        if io.zero_ahead_within(allocated, self)? > 0 {
+            io.sync(self)?;
+        }
+        Ok(())
+    }
+
+    /// Largest payload one record may carry with this segment size.
+    pub fn payload_bytes_max(&self) -> u64 {
+        max_payload_bytes(self.segment_bytes)
+    }
+
+    /// Appends one record; returns once it is durable (`Always`) or written (otherwise).
+    pub fn append(&self, kind: u8, payload: &[u8]) -> Result<(u64, RecordPos)> {
+        let limit = self.payload_bytes_max();
+        if payload.len() as u64 > limit {
+            return Err(Error::RecordTooLarge {
+                payload_bytes: payload.len() as u64,
+                limit_bytes: limit,
+            });
+        }
+        let payload_crc =
+            (payload.len() >= APPENDER_CRC_MIN_BYTES).then(|| record::payload_crc(payload));
+        let mut shared = self.shared.lock();
+        if let Some(cause) = &shared.poisoned {
+            return Err(Error::Poisoned {
+                cause: cause.clone(),
+            });
+        }
+        let lsn = shared.next_lsn;
+        let pos = reserve(&mut shared.tail, payload.len() as u64, self.segment_bytes);
+        shared.next_lsn += 1;
+        shared.queue.push(
+            Pending {
+                lsn,
+                pos,
+                kind,
+                payload_crc,
+                // Fits: payloads are at most SEGMENT_BYTES_MAX (2^31) bytes.
+                payload_len: payload.len() as u32,
+            },
+            payload,
+        );
+        self.counters.appends.fetch_add(1, Ordering::Relaxed);
+        let durable = matches!(self.sync, SyncMode::Always);
+        self.drive(shared, lsn + 1, durable)?;
+        Ok((lsn, pos))
+    }
+
+    /// Makes everything appended so far durable.
+    pub fn flush(&self) -> Result<()> {
+        let shared = self.shared.lock();
+        let target = shared.next_lsn;
+        self.drive(shared, target, true)
+    }
+
+    /// Waits until every LSN below `target` is written (and durable if `durable`),
+    /// leading batches while no one else does.
+    fn drive<'a>(
+        &'a self,
+        mut shared: MutexGuard<'a, Shared>,
+        target: u64,
+        durable: bool,
+    ) -> Result<()> {
+        loop {
+            let reached = if durable {
+                shared.durable_lsn
+            } else {
+                shared.written_lsn
+            };
+            if reached >= target {
+                return Ok(());
+            }
+            if let Some(cause) = &shared.poisoned {
+                return Err(Error::Poisoned {
+                    cause: cause.clone(),
+                });
+            }
+            if shared.leader_active {
+                // Everything queued now goes into the next batch; the one in flight
+                // suffices if it holds `target - 1` and syncs when durability is wanted.
+                let in_flight_suffices =
+                    target <= shared.in_flight_end && (!durable || shared.in_flight_sync);
+                let batch_no = shared.taken + u64::from(!in_flight_suffices);
+                self.wake[parity(batch_no)].wait(&mut shared);
+                continue;
+            }
+            shared.leader_active = true;
+            shared.taken += 1;
+            let batch_no = shared.taken;
+            let sync = durable || matches!(self.sync, SyncMode::Always);
+            shared.in_flight_end = shared.next_lsn;
+            shared.in_flight_sync = sync;
+            let spare = std::mem::take(&mut shared.spare);
+            let mut batch = std::mem::replace(&mut shared.queue, spare);
+            drop(shared);
+            let outcome = self.io.lock().write_batch(&mut batch, sync, self);
+            shared = self.shared.lock();
+            self.finish_batch(&mut shared, batch, outcome)?;
+            self.wake_after(batch_no);
+        }
+    }
+
+    /// The leader's bookkeeping once `batch` is written (`outcome`: whether everything
+    /// written is durable), under `shared`: advances the written and durable LSNs, or
+    /// poisons the handle and wakes everyone to report it.
+    fn finish_batch(
+        &self,
+        shared: &mut Shared,
+        mut batch: Batch,
+        outcome: Result<bool>,
+    ) -> Result<()> {
+        shared.leader_active = false;
+        match outcome {
+            Ok(durable_through) => {
+                if let Some(last) = batch.records.last() {
+                    shared.written_lsn = last.lsn + 1;
+                }
+                if durable_through {
+                    shared.durable_lsn = shared.written_lsn;
+                }
+                debug_assert!(
+                    shared.durable_lsn <= shared.written_lsn
+                        && shared.written_lsn <= shared.next_lsn,
+                    "durable <= written <= reserved"
+                );
+                batch.clear();
+                shared.spare = batch;
+                Ok(())
+            }
+            Err(e) => {
+                tracing_fsync_error(&e);
+                shared.poisoned = Some(e.to_string());
+                for cv in &self.wake {
+                    cv.notify_all();
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Wakes, after batch `batch_no` is written: first the next leader, so the disk gets
+    /// the next batch without delay; then the waiters this batch satisfied.
+    fn wake_after(&self, batch_no: u64) {
+        let next = &self.wake[parity(batch_no + 1)];
+        if matches!(self.sync, SyncMode::Always) {
+            // Every batch syncs, so no waiter of the next batch is satisfied by this
+            // one: the thread woken leads, or finds a leader that will wake it.
+            next.notify_one();
+        } else {
+            // A waiter of the next batch may be satisfied by this one (a flush whose
+            // records this unsynced batch made durable by rotating) and leave without
+            // leading; wake them all so that someone takes the queue.
+            next.notify_all();
+        }
+        self.wake[parity(batch_no)].notify_all();
+    }
+}
+
+fn parity(batch_no: u64) -> usize {
+    (batch_no % 2) as usize
+}
+
+fn tracing_fsync_error(e: &Error) {
+    tracing::error!(error = %e, "write or fsync failed; the log handle is poisoned");
+}
+
+/// Largest payload a record may carry in a segment of `segment_bytes`.
+pub(crate) fn max_payload_bytes(segment_bytes: u64) -> u64 {
+    segment_bytes - (SEGMENT_HEADER_BYTES + RECORD_HEADER_BYTES + SEAL_RECORD_BYTES) as u64
+}
