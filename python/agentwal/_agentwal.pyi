@@ -1,0 +1,412 @@
+"""Type stubs of agentwal's native module (import ``agentwal``, not ``agentwal._agentwal``)."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+from types import TracebackType
+from typing import (
+    Any,
+    Callable,
+    Dict,
+    List,
+    Literal,
+    Optional,
+    Tuple,
+    Type,
+    TypedDict,
+    Union,
+    final,
+)
+
+# A value of a variable, of metadata, of tool-call args or of message data.
+Value = Union[None, bool, int, float, str, bytes, List["Value"], Dict[str, "Value"]]
+
+class ToolCallDict(TypedDict):
+    """A tool call the model asked for."""
+
+    id: str
+    name: str
+    args: Value
+
+class MessageDict(TypedDict):
+    """A message of a loaded state: all five keys are present."""
+
+    role: Literal["system", "user", "assistant", "tool"]
+    content: str
+    tool_calls: List[ToolCallDict]
+    tool_call_id: Optional[str]
+    data: Value
+
+class MessageIn(TypedDict, total=False):
+    """A message in a delta: every key optional (role "user", empty content, no tool calls)."""
+
+    role: Literal["system", "user", "assistant", "tool"]
+    content: str
+    tool_calls: List[ToolCallDict]
+    tool_call_id: Optional[str]
+    data: Value
+
+class Delta(TypedDict, total=False):
+    """What one commit changes: messages appended, variables set then unset, metadata merged."""
+
+    messages: List[MessageIn]
+    set: Dict[str, Value]
+    unset: List[str]
+    metadata: Dict[str, Value]
+
+class StateDict(TypedDict):
+    """A task's state as plain data."""
+
+    messages: List[MessageDict]
+    vars: Dict[str, Value]
+    metadata: Dict[str, Value]
+
+TASK_ID_BYTES_MAX: int
+"""Longest task id accepted, in bytes (UTF-8)."""
+CALL_ID_BYTES_MAX: int
+"""Longest tool-call id accepted, in bytes (UTF-8)."""
+TOOL_NAME_BYTES_MAX: int
+"""Longest tool name accepted, in bytes (UTF-8)."""
+
+def round_trip(value: Any) -> Value:
+    """Converts ``value`` as a commit would store it, and back (tuples become lists, bytearrays
+    bytes). Raises ``TypeError`` for an unsupported type, ``OverflowError`` for an int beyond
+    64 bits, ``InvalidArgumentError`` for nesting deeper than 200 levels."""
+
+@final
+class Checkpoint:
+    """A task's state as of one checkpoint."""
+
+    @property
+    def task(self) -> str:
+        """The task id."""
+    @property
+    def seq(self) -> int:
+        """The checkpoint's seq (1, 2, 3, ... per task)."""
+    @property
+    def created_at_ms(self) -> int:
+        """When it was committed (ms since the Unix epoch)."""
+    @property
+    def state(self) -> StateDict:
+        """The state as of this checkpoint (a new dict on every load: yours to change)."""
+
+@final
+class CheckpointInfo:
+    """Metadata of one retained checkpoint."""
+
+    @property
+    def seq(self) -> int:
+        """The seq."""
+    @property
+    def created_at_ms(self) -> int:
+        """When it was committed (ms since the Unix epoch)."""
+    @property
+    def bytes(self) -> int:
+        """Bytes of its record on disk."""
+    @property
+    def snapshot(self) -> bool:
+        """Whether the record holds the full state (a snapshot) rather than a delta."""
+    @property
+    def forked_from(self) -> Optional[Tuple[str, int]]:
+        """For the first checkpoint of a fork: ``(task, seq)`` it was forked from."""
+
+@final
+class PendingCall:
+    """A tool call that began and never finished: its side effect is uncertain."""
+
+    @property
+    def call_id(self) -> str:
+        """The call id."""
+    @property
+    def tool(self) -> str:
+        """The tool's name."""
+    @property
+    def args(self) -> bytes:
+        """The arguments recorded by ``begin_call``."""
+
+@final
+class SkippedRange:
+    """A corrupt range that salvage recovery skipped."""
+
+    @property
+    def segment(self) -> str:
+        """The segment file."""
+    @property
+    def offset(self) -> int:
+        """First byte skipped."""
+    @property
+    def bytes(self) -> int:
+        """Bytes skipped."""
+    @property
+    def reason(self) -> str:
+        """Why the first record there was rejected."""
+
+@final
+class LostCheckpoints:
+    """Checkpoints of a task that salvage recovery could not restore."""
+
+    @property
+    def task(self) -> str:
+        """The task."""
+    @property
+    def seqs(self) -> List[int]:
+        """Seqs whose records were corrupt or no longer chain."""
+
+@final
+class RecoveryReport:
+    """What ``open`` found."""
+
+    @property
+    def records(self) -> int:
+        """Records replayed."""
+    @property
+    def bytes(self) -> int:
+        """Bytes of valid records scanned."""
+    @property
+    def segments(self) -> int:
+        """Segment files scanned."""
+    @property
+    def torn_bytes(self) -> int:
+        """Bytes of a torn tail discarded (a crash cut the last batch)."""
+    @property
+    def skipped(self) -> List[SkippedRange]:
+        """Corrupt ranges skipped (salvage mode only)."""
+    @property
+    def lost(self) -> List[LostCheckpoints]:
+        """Checkpoints lost to skipped corruption (salvage mode only)."""
+    @property
+    def tasks(self) -> int:
+        """Tasks in the store after recovery."""
+    @property
+    def elapsed_ms(self) -> int:
+        """Wall time of the recovery, in milliseconds."""
+
+@final
+class Stats:
+    """Counters a service would export. Counts are since this handle opened; sizes are now."""
+
+    @property
+    def commits(self) -> int:
+        """Checkpoints committed through this handle."""
+    @property
+    def appends(self) -> int:
+        """Log records appended (checkpoints, tool calls, deletions)."""
+    @property
+    def fsyncs(self) -> int:
+        """fdatasync calls."""
+    @property
+    def batches(self) -> int:
+        """Group-commit batches written."""
+    @property
+    def mean_batch_records(self) -> float:
+        """Mean records per batch (how many commits shared one fsync)."""
+    @property
+    def bytes_written(self) -> int:
+        """Bytes appended to the log."""
+    @property
+    def zero_bytes_written(self) -> int:
+        """Bytes of zeros written ahead of the log's data."""
+    @property
+    def live_bytes(self) -> int:
+        """Bytes of the records the index holds (checkpoints and tool calls)."""
+    @property
+    def dead_bytes(self) -> int:
+        """Bytes of records in the log that the index no longer holds (an estimate once
+        compaction has run)."""
+    @property
+    def segments(self) -> int:
+        """Segment files."""
+    @property
+    def disk_bytes(self) -> int:
+        """Bytes of segment files on disk (including preallocated space)."""
+    @property
+    def tasks(self) -> int:
+        """Tasks."""
+    @property
+    def checkpoints(self) -> int:
+        """Checkpoint records the index holds over all tasks."""
+    @property
+    def compactions(self) -> int:
+        """Compaction passes run by this handle."""
+
+@final
+class CompactionReport:
+    """What a compaction pass did."""
+
+    @property
+    def segments_deleted(self) -> int:
+        """Segments deleted."""
+    @property
+    def records_rewritten(self) -> int:
+        """Records rewritten forward."""
+    @property
+    def bytes_reclaimed(self) -> int:
+        """Bytes reclaimed on disk."""
+    @property
+    def elapsed_ms(self) -> int:
+        """Wall time in milliseconds."""
+    @property
+    def removed(self) -> List[str]:
+        """Segment files removed (paths), oldest first."""
+
+@final
+class VerifyReport:
+    """What ``verify`` checked (it raises instead of returning on any damage)."""
+
+    @property
+    def tasks(self) -> int:
+        """Tasks checked."""
+    @property
+    def checkpoints(self) -> int:
+        """Checkpoint records checked."""
+    @property
+    def calls(self) -> int:
+        """Tool calls checked."""
+    @property
+    def bodies_decoded(self) -> int:
+        """Checkpoint bodies that decoded as the agent state (or its delta)."""
+
+@final
+class Store:
+    """A store of agent tasks and their checkpoints (``agentwal::Store<AgentState>``).
+
+    One writer per store (:meth:`open` takes the store's lock); any number of readers
+    (:meth:`open_read_only`), also while a writer runs. A handle is safe to share between
+    threads; the GIL is released while it reads, writes and fsyncs, so threads committing to
+    different tasks share fsyncs (group commit). Use it in a ``with`` block, or call
+    :meth:`close`, to release the lock deterministically.
+    """
+
+    @staticmethod
+    def open(
+        path: Union[str, os.PathLike[str]],
+        *,
+        sync: Literal["always", "periodic", "never"] = "always",
+        periodic_ms: Optional[int] = None,
+        segment_bytes: Optional[int] = None,
+        keep_checkpoints: Optional[int] = None,
+        max_age_s: Optional[float] = None,
+        recovery: Literal["tolerate_torn_tail", "strict", "salvage"] = "tolerate_torn_tail",
+        cache_bytes: Optional[int] = None,
+        snapshot_every: Optional[int] = None,
+        auto_compact: bool = True,
+    ) -> Store:
+        """Opens the store in ``path``, creating it if needed, and recovers every durable commit.
+
+        - ``sync``: ``"always"``: a commit is durable when it returns (one fsync per
+          group-commit batch); ``"periodic"``: written to the OS on return, fsynced every
+          ``periodic_ms`` (default 100) and by :meth:`flush`; ``"never"``: only by
+          :meth:`flush` (tests and throwaway data).
+        - ``segment_bytes``: segment files rotate at this size (default 64 MiB).
+        - ``keep_checkpoints`` / ``max_age_s``: retention (None: keep all).
+        - ``recovery``: ``"tolerate_torn_tail"`` discards a torn tail and fails on other
+          damage; ``"strict"`` fails on a torn tail too; ``"salvage"`` skips corrupt ranges
+          and reports them in :meth:`recovery_report`.
+        - ``cache_bytes``: memory for the latest-state cache (default 64 MiB; 0: off).
+        - ``snapshot_every``: at most this many deltas between full snapshots (default 1024).
+        - ``auto_compact``: compact on a background thread when segments rotate.
+
+        Raises ``LockedError`` if another writer holds the store, ``NotAStoreError`` for a
+        path that is not a store, ``CorruptionError`` for damage, ``InvalidArgumentError``
+        for a bad option.
+        """
+    @staticmethod
+    def open_read_only(
+        path: Union[str, os.PathLike[str]],
+        *,
+        recovery: Literal["tolerate_torn_tail", "strict", "salvage"] = "tolerate_torn_tail",
+        keep_checkpoints: Optional[int] = None,
+        max_age_s: Optional[float] = None,
+        cache_bytes: Optional[int] = None,
+    ) -> Store:
+        """Opens the store read-only: no lock taken, nothing written; it sees what was durable
+        when it opened (open it again to see newer commits). Writes raise ``ReadOnlyError``."""
+    @property
+    def path(self) -> pathlib.Path:
+        """The store's directory."""
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called."""
+    def close(self) -> None:
+        """Closes this handle: the store's lock is released once calls running on other
+        threads return. Later calls raise ``ClosedError``; closing twice is a no-op."""
+    def __enter__(self) -> Store:
+        """Returns the store itself."""
+    def __exit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> bool:
+        """Closes the store; exceptions propagate."""
+    def commit(self, task: str, delta: Delta) -> int:
+        """Appends ``delta`` to ``task`` (creating the task); returns the new checkpoint's seq.
+        Durable on return with ``sync="always"``. ``TypeError`` for a value of an unsupported
+        type, ``InvalidArgumentError`` for an unknown key or role or a bad task id."""
+    def commit_if(self, task: str, expected_seq: int, delta: Delta) -> int:
+        """Like :meth:`commit`, only if the task's latest seq is ``expected_seq`` (0: the task
+        does not exist yet); else ``ConflictError``."""
+    def load_latest(self, task: str) -> Optional[Checkpoint]:
+        """The task's newest checkpoint, or ``None`` if the task has none."""
+    def load(self, task: str, seq: int) -> Optional[Checkpoint]:
+        """The task's state exactly as of checkpoint ``seq``; ``None`` if the task does not
+        exist or retention dropped that checkpoint; ``UnknownSeqError`` for seq 0 or beyond
+        the latest."""
+    def load_latest_matching(
+        self, task: str, accept: Callable[[StateDict], bool]
+    ) -> Optional[Checkpoint]:
+        """The newest retained checkpoint whose state passes ``accept`` (falls back past
+        unhealthy ones); ``None`` if none does. ``accept``'s exceptions propagate."""
+    def list_checkpoints(self, task: str) -> List[CheckpointInfo]:
+        """The task's retained checkpoints, oldest first (empty for an unknown task)."""
+    def tasks(self) -> List[str]:
+        """Ids of the store's tasks, sorted."""
+    def fork(self, task: str, seq: int, new_task: str) -> int:
+        """Starts ``new_task`` as a copy of ``task`` at checkpoint ``seq``; returns the new
+        task's seq (1). ``TaskExistsError`` if ``new_task`` exists."""
+    def delete_task(self, task: str) -> None:
+        """Deletes the task, its checkpoints and its call journal. ``UnknownTaskError`` if
+        there is no such task."""
+    def begin_call(self, task: str, call_id: str, tool: str, args: bytes) -> None:
+        """Durably records that ``call_id`` of ``tool`` with ``args`` is about to run (before
+        the side effect). Again with the same tool and args: a no-op; with other ones or after
+        it finished: ``InvalidArgumentError``."""
+    def finish_call(self, task: str, call_id: str, result: bytes) -> None:
+        """Durably records the result of a begun call (after the side effect)."""
+    def call_result(self, task: str, call_id: str) -> Optional[bytes]:
+        """The recorded result of a finished call; ``None`` if unknown or still pending."""
+    def pending_calls(self, task: str) -> List[PendingCall]:
+        """Calls of the task that began and never finished, in the order they began."""
+    def once(
+        self,
+        task: str,
+        call_id: str,
+        tool: str,
+        args: bytes,
+        fn: Callable[[], bytes],
+        *,
+        retry_pending: bool = False,
+    ) -> bytes:
+        """Runs a tool call at most once, across crashes.
+
+        If ``call_id`` finished, returns its recorded result without calling ``fn``. If it
+        began and never finished (a crash or an exception during the side effect), raises
+        ``PendingCallError``, unless ``retry_pending=True``. Otherwise records the begin,
+        runs ``fn()`` (GIL held), records its bytes result and returns it. If ``fn`` raises,
+        the call stays pending and the exception propagates. Two threads of one process
+        never run the same call together: the second gets ``PendingCallError`` with
+        ``in_flight=True``.
+        """
+    def compact(self) -> CompactionReport:
+        """Runs a compaction pass now (retention, deleted tasks, dead segments)."""
+    def flush(self) -> None:
+        """Makes everything committed so far durable (needed with ``sync="periodic"`` or
+        ``"never"``)."""
+    def stats(self) -> Stats:
+        """Counters of this handle (commits, fsyncs, group-commit batches, sizes)."""
+    def recovery_report(self) -> RecoveryReport:
+        """What ``open`` found: records replayed, torn bytes discarded, corruption skipped."""
+    def verify(self) -> VerifyReport:
+        """Re-reads and checks every record and decodes every checkpoint body; raises
+        ``CorruptionError`` (or another error) on the first problem."""

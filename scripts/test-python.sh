@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Builds the Python package (python/) into a fresh virtualenv under target/pyenv and runs its
+# tests. Fails on the first error. Needs python3 (>= 3.9) with venv, cargo, and PyPI (pip
+# installs maturin and pytest).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+venv=target/pyenv
+# Versions verified with this script (Python 3.11, Rust 1.95).
+maturin_version=1.16.0
+pytest_version=9.2.0
+
+start=$(date +%s)
+step() { echo "== python: $1 ($(( $(date +%s) - start ))s)"; }
+
+step "virtualenv in $venv"
+rm -rf "$venv"
+python3 -m venv "$venv"
+# maturin's PEP 517 hooks run the `maturin` command: the venv's bin must be on PATH.
+export PATH="$PWD/$venv/bin:$PATH"
+export VIRTUAL_ENV="$PWD/$venv"
+
+step "pip install maturin==$maturin_version pytest==$pytest_version"
+pip install --quiet --disable-pip-version-check "maturin==$maturin_version" "pytest==$pytest_version"
+
+step "build and install ./python (release build of the extension)"
+pip install --disable-pip-version-check --no-build-isolation ./python
+python -c 'import agentwal; print("agentwal imported from", agentwal.__file__)'
+
+step "pytest python/tests"
+# From the repository root, so that python/agentwal (the sources, without the built
+# extension) does not shadow the installed package.
+pytest -q python/tests
+
+step "ok"
