@@ -393,6 +393,54 @@ fn salvage_serves_the_previous_checkpoint_when_the_newest_snapshot_is_corrupt() 
     );
 }
 
+/// Salvage names a damaged checkpoint below the task's latest as lost too, not only one
+/// beyond it: a task whose first checkpoint is gone reports seq 1.
+#[test]
+fn salvage_names_a_lost_checkpoint_below_the_latest() {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = Options {
+        snapshot_every: 8,
+        ..small(None)
+    };
+    let (victim_seg, victim_offset) = {
+        let store: Store = Store::open_with(dir.path(), opts).unwrap();
+        store.commit("victim", &delta(0, 1)).unwrap();
+        let first = locate_last_record_of(dir.path(), "victim");
+        for i in 2..=3 {
+            store.commit("victim", &delta(0, i)).unwrap();
+        }
+        for i in 1..=3 {
+            store.commit("other", &delta(1, i)).unwrap();
+        }
+        first
+    };
+    let mut bytes = std::fs::read(&victim_seg).unwrap();
+    bytes[victim_offset as usize + 40] ^= 0x20;
+    std::fs::write(&victim_seg, &bytes).unwrap();
+    let salvage = Options {
+        recovery: RecoveryMode::Salvage,
+        ..opts
+    };
+    let store: Store = Store::open_with(dir.path(), salvage).unwrap();
+    let report = store.recovery_report();
+    assert_eq!(report.skipped.len(), 1, "{report:?}");
+    assert_eq!(
+        (
+            report.lost.len(),
+            report
+                .lost
+                .first()
+                .map(|l| (l.task.as_str(), l.seqs.clone()))
+        ),
+        (1, Some(("victim", vec![1]))),
+        "{report:?}"
+    );
+    // Seq 1 held the base its deltas fold onto: the task cannot be rebuilt, and says so
+    // by serving nothing rather than a state that was never committed.
+    assert!(store.load_latest("victim").unwrap().is_none());
+    assert_eq!(store.load_latest("other").unwrap().unwrap().seq, 3);
+}
+
 /// Finds the segment and offset of the last record whose payload mentions `task`.
 fn locate_last_record_of(dir: &Path, task: &str) -> (std::path::PathBuf, u64) {
     let mut found = None;

@@ -21,13 +21,15 @@ pub(crate) fn name_skipped_checkpoints(
         let Ok((head, _)) = postcard::take_from_bytes::<CheckpointHead<'_>>(&payload) else {
             continue;
         };
-        let latest = index
+        // Lost unless recovery indexed that checkpoint anyway (from another copy of it):
+        // below the task's latest seq as much as beyond it.
+        let indexed = index
             .get(head.task)
-            .map_or(0, |s| s.data.read().latest_seq());
+            .is_some_and(|s| s.data.read().checkpoint(head.seq).is_some());
         let known = lost
             .iter()
             .any(|l| l.task == head.task && l.seqs.contains(&head.seq));
-        if head.seq > latest && !known {
+        if !indexed && !known {
             note_lost(lost, head.task, head.seq);
         }
     }
