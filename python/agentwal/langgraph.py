@@ -212,9 +212,10 @@ class AgentwalSaver(BaseCheckpointSaver[str]):
         if idx is None:
             idx = _TaskIndex()
             cp = self.store.load_latest(task)
-            if cp is not None:
-                idx.seq = cp.seq
-                idx.apply(cp.state["vars"])
+            if cp is None:
+                return idx  # not cached: looking up unknown threads must not grow memory
+            idx.seq = cp.seq
+            idx.apply(cp.state["vars"])
             self._index[task] = idx
         return idx
 
@@ -224,6 +225,7 @@ class AgentwalSaver(BaseCheckpointSaver[str]):
         if seq == idx.seq + 1:
             idx.apply(sets)
             idx.seq = seq
+            self._index[task] = idx
         else:  # someone else committed to the task: read it again next time
             self._index.pop(task, None)
 
@@ -429,6 +431,108 @@ class AgentwalSaver(BaseCheckpointSaver[str]):
                     self.store.delete_task(task)
                     self._index.pop(task, None)
 
+    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        """Copies every checkpoint, blob and write of ``source_thread_id`` (every namespace)
+        to ``target_thread_id``: one ``Store.fork`` per namespace (no value is re-serialized;
+        the fork's first record is a snapshot of the source task's state). A source without
+        checkpoints copies nothing. ``ValueError`` if the target thread already has any."""
+        src = _check_thread_id(source_thread_id)
+        dst = _check_thread_id(target_thread_id)
+        if src == dst:
+            raise ValueError("copy_thread: source and target are the same thread")
+        with self._lock:
+            tasks = self._saver_tasks()
+            if any(tid == dst for _, tid, _ in tasks):
+                raise ValueError(f"copy_thread: target thread {dst!r} already has checkpoints")
+            for task, tid, ns in tasks:
+                if tid != src:
+                    continue
+                seq = self._task(task).seq
+                if seq:
+                    new = _task_name(dst, ns)
+                    self.store.fork(task, seq, new)
+                    self._index.pop(new, None)
+
+    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
+        """Deletes the checkpoints whose metadata ``run_id`` is in ``run_ids``, with their
+        writes, in every thread: one commit per namespace touched, unsetting their keys.
+        Blobs stay (other checkpoints may share them), and the records of the agentwal
+        task's older checkpoints still hold the values until its retention drops them."""
+        if isinstance(run_ids, str):
+            raise TypeError("run_ids must be a sequence of run ids, not one str")
+        runs = set(run_ids)
+        if not runs:
+            return
+        with self._lock:
+            for task, _, _ in self._saver_tasks():
+                idx = self._task(task)
+                doomed = [
+                    cid
+                    for cid, e in idx.cps.items()
+                    if self.serde.loads_typed(e.metadata).get("run_id") in runs
+                ]
+                self._unset(task, idx, doomed)
+
+    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        """Prunes the threads: ``"keep_latest"`` keeps, per namespace, only the newest
+        checkpoint, its writes and the blobs it references (one commit unsetting the rest);
+        ``"delete"`` deletes the threads (as :meth:`delete_thread`). With ``keep_latest`` the
+        space comes back only once the store's retention drops the task's older agentwal
+        checkpoints (``keep_checkpoints``), since those still hold the old values."""
+        if isinstance(thread_ids, str):
+            raise TypeError("thread_ids must be a sequence of thread ids, not one str")
+        if strategy not in ("keep_latest", "delete"):
+            raise ValueError(f"prune: strategy must be 'keep_latest' or 'delete', got {strategy!r}")
+        threads = {_check_thread_id(t) for t in thread_ids}
+        if not threads:
+            return
+        with self._lock:
+            for task, tid, _ in self._saver_tasks():
+                if tid not in threads:
+                    continue
+                if strategy == "delete":
+                    self.store.delete_task(task)
+                    self._index.pop(task, None)
+                    continue
+                idx = self._task(task)
+                if len(idx.cps) <= 1:
+                    continue
+                latest = max(idx.cps)
+                doomed = [cid for cid in idx.cps if cid != latest]
+                keep = {
+                    (ch, v)
+                    for ch, v in self.serde.loads_typed(idx.cps[latest].checkpoint)[
+                        "channel_versions"
+                    ].items()
+                }
+                blobs = [b for b in idx.blobs if b not in keep]
+                self._unset(task, idx, doomed, blobs)
+
+    def _unset(
+        self,
+        task: str,
+        idx: _TaskIndex,
+        cids: List[str],
+        blobs: Sequence[Tuple[str, Any]] = (),
+    ) -> None:
+        """One commit removing checkpoints ``cids`` with their writes, and ``blobs``."""
+        keys = [_CP + cid for cid in cids]
+        for cid in cids:
+            keys += [_WRITE + json.dumps([cid, t, i]) for (t, i) in idx.writes.get(cid, {})]
+        keys += [_BLOB + json.dumps([ch, v]) for ch, v in blobs]
+        if not keys:
+            return
+        seq = self.store.commit(task, {"unset": keys})
+        if seq == idx.seq + 1:
+            for cid in cids:
+                idx.cps.pop(cid, None)
+                idx.writes.pop(cid, None)
+            for b in blobs:
+                idx.blobs.pop(b, None)
+            idx.seq = seq
+        else:
+            self._index.pop(task, None)
+
     def get_next_version(self, current: Optional[str], channel: None) -> str:
         """A zero-padded counter plus a random suffix (as InMemorySaver), so versions from
         a fork never collide on ``(channel, version)``."""
@@ -484,3 +588,15 @@ class AgentwalSaver(BaseCheckpointSaver[str]):
     async def adelete_thread(self, thread_id: str) -> None:
         """:meth:`delete_thread` in a worker thread."""
         await asyncio.to_thread(self.delete_thread, thread_id)
+
+    async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        """:meth:`copy_thread` in a worker thread."""
+        await asyncio.to_thread(self.copy_thread, source_thread_id, target_thread_id)
+
+    async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
+        """:meth:`delete_for_runs` in a worker thread."""
+        await asyncio.to_thread(self.delete_for_runs, run_ids)
+
+    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        """:meth:`prune` in a worker thread."""
+        await asyncio.to_thread(self.prune, thread_ids, strategy=strategy)

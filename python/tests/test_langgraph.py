@@ -28,7 +28,8 @@ BASE = ["put", "put_writes", "get_tuple", "list", "delete_thread"]
 # Tests per base capability in langgraph-checkpoint-conformance 0.0.2 (58 in all).
 BASE_COUNTS = {"put": 17, "put_writes": 10, "get_tuple": 10, "list": 16, "delete_thread": 5}
 # Optional capabilities AgentwalSaver implements (their tests must pass too).
-IMPLEMENTED_OPTIONAL: list[str] = []
+IMPLEMENTED_OPTIONAL = ["delete_for_runs", "copy_thread", "prune"]
+OPTIONAL_COUNTS = {"delete_for_runs": 7, "copy_thread": 8, "prune": 8}
 
 
 @checkpointer_test(name="AgentwalSaver")
@@ -59,6 +60,8 @@ def test_conformance_suite():
     for cap, n in BASE_COUNTS.items():
         assert report.results[cap].tests_passed == n, cap
     assert sum(report.results[c].tests_passed for c in BASE) == 58
+    for cap, n in OPTIONAL_COUNTS.items():
+        assert report.results[cap].tests_passed == n, cap
     assert report.passed_all_base()
 
 
@@ -164,6 +167,14 @@ def test_bad_input(tmp_path):
             list(saver.list(None, limit="3"))
         with pytest.raises(ValueError, match="'id'"):
             saver.put(_cfg("t"), {"channel_values": {}}, {}, {})
+        with pytest.raises(ValueError, match="strategy"):
+            saver.prune(["t"], strategy="keep_some")
+        with pytest.raises(TypeError, match="not one str"):
+            saver.prune("t")
+        with pytest.raises(TypeError, match="not one str"):
+            saver.delete_for_runs("run")
+        with pytest.raises(ValueError, match="same thread"):
+            saver.copy_thread("t", "t")
     with pytest.raises(TypeError, match="store must be"):
         AgentwalSaver(42)
     with agentwal.Store.open(tmp_path / "s2", sync="never") as store:
@@ -252,3 +263,28 @@ def test_real_graph_matches_in_memory_saver(tmp_path):
     with AgentwalSaver(tmp_path / "store") as saver:
         app, _ = _graph(saver)
         assert _history(app, {"configurable": {"thread_id": "thread-1"}}) == ours
+
+
+def test_copy_thread_and_prune_on_a_real_graph(tmp_path):
+    with AgentwalSaver(tmp_path / "store") as saver:
+        app, _ = _graph(saver)
+        src = {"configurable": {"thread_id": "src"}}
+        for turn in range(2):
+            app.invoke({"messages": [HumanMessage(content=f"hi {turn}", id=f"h-{turn}")],
+                        "steps": 0, "blob": b""}, src, durability="sync")
+        dst = {"configurable": {"thread_id": "dst"}}
+        saver.copy_thread("src", "dst")
+        assert _history(app, dst) == _history(app, src)
+        with pytest.raises(ValueError, match="already has checkpoints"):
+            saver.copy_thread("src", "dst")
+        # The copy goes on by itself.
+        app.invoke({"messages": [HumanMessage(content="more", id="m")], "steps": 0,
+                    "blob": b""}, dst, durability="sync")
+        assert len(_history(app, dst)) > len(_history(app, src))
+        latest = app.get_state(src).values
+        saver.prune(["src"], strategy="keep_latest")
+        assert len(list(saver.list(src))) == 1
+        assert app.get_state(src).values == latest
+        saver.prune(["src"], strategy="delete")
+        assert list(saver.list(src)) == []
+        assert len(list(saver.list(dst))) > 1
