@@ -10,7 +10,8 @@ Storage mapping (DESIGN.md section 7.11):
 - every ``put`` is one commit whose ``set`` holds ``cp:<checkpoint_id>`` (the checkpoint
   without its channel values, its metadata and its parent id, serialized by ``self.serde``)
   and one ``b:<json [channel, version]>`` blob per channel in ``new_versions`` (only those:
-  unchanged channels are never rewritten);
+  unchanged channels are never rewritten); a ``list`` value whose parent version's items
+  are a byte prefix of its items stores only the appended items (the prefix rule);
 - every ``put_writes`` is one commit whose ``set`` holds ``w:<json [checkpoint_id, task_id,
   idx]>`` per new write.
 
@@ -58,6 +59,9 @@ _TASK_PREFIX = "lg:"
 _CP = "cp:"
 _BLOB = "b:"
 _WRITE = "w:"
+# A list channel's blob in the prefix form: [_LIST, base version or None, [[type, bytes]...]]:
+# the items of the blob (channel, base) followed by these items (each serialized alone).
+_LIST = "agentwal.list"
 
 
 def _task_name(thread_id: str, checkpoint_ns: str) -> str:
@@ -122,11 +126,50 @@ class _TaskIndex:
 
     seq: int = 0
     cps: Dict[str, _Entry] = field(default_factory=dict)
-    blobs: Dict[Tuple[str, Any], Tuple[str, bytes]] = field(default_factory=dict)
+    # (channel, version) -> (type, bytes), or (_LIST, base version or None, items)
+    blobs: Dict[Tuple[str, Any], Tuple[Any, ...]] = field(default_factory=dict)
+    # channel -> (version, items): the last list resolved (the next put extends it).
+    resolved: Dict[str, Tuple[Any, Tuple[Tuple[str, bytes], ...]]] = field(default_factory=dict)
     # checkpoint id -> {(task_id, idx): (task_id, channel, (type, bytes), task_path)}
     writes: Dict[str, Dict[Tuple[str, int], Tuple[str, str, Tuple[str, bytes], str]]] = field(
         default_factory=dict
     )
+
+    def items(self, channel: str, version: Any) -> Optional[Tuple[Tuple[str, bytes], ...]]:
+        """The serialized items of a list blob in the prefix form (following its bases);
+        None if the blob is absent or not in that form."""
+        last = self.resolved.get(channel)
+        if last is not None and last[0] == version:
+            return last[1]
+        chain = []
+        seen = set()
+        v: Any = version
+        while v is not None:
+            if v in seen:
+                raise ValueError(f"channel {channel!r}: the bases of version {version!r} loop")
+            seen.add(v)
+            last = self.resolved.get(channel)
+            if last is not None and last[0] == v:
+                chain.append(last[1])
+                break
+            blob = self.blobs.get((channel, v))
+            if blob is None or blob[0] != _LIST:
+                return None  # a broken chain (a pruned base) or a plain blob
+            chain.append(blob[2])
+            v = blob[1]
+        out: Tuple[Tuple[str, bytes], ...] = tuple(i for part in reversed(chain) for i in part)
+        self.resolved[channel] = (version, out)
+        return out
+
+    def bases(self, channel: str, version: Any) -> List[Tuple[str, Any]]:
+        """The blob keys ``(channel, version)`` needs: itself and its chain of bases."""
+        out = []
+        v: Any = version
+        while v is not None and (channel, v) in self.blobs:
+            out.append((channel, v))
+            blob = self.blobs[(channel, v)]
+            v = blob[1] if blob[0] == _LIST else None
+        return out
 
     def apply(self, sets: Dict[str, Any]) -> None:
         for key, value in sets.items():
@@ -135,7 +178,13 @@ class _TaskIndex:
                 self.cps[key[len(_CP) :]] = _Entry((c[0], c[1]), (m[0], m[1]), parent)
             elif key.startswith(_BLOB):
                 channel, version = json.loads(key[len(_BLOB) :])
-                self.blobs[(channel, version)] = (value[0], value[1])
+                if (channel, version) in self.blobs:  # overwritten: a memo may be stale
+                    self.resolved.clear()
+                if value[0] == _LIST:
+                    items = tuple((t, b) for t, b in value[2])
+                    self.blobs[(channel, version)] = (_LIST, value[1], items)
+                else:
+                    self.blobs[(channel, version)] = (value[0], value[1])
             elif key.startswith(_WRITE):
                 cid, task_id, idx = json.loads(key[len(_WRITE) :])
                 wtask, channel, typ, data, path = value
@@ -253,7 +302,15 @@ class AgentwalSaver(BaseCheckpointSaver[str]):
             blob = idx.blobs.get((channel, version))
             if blob is None or blob[0] == "empty":
                 continue
-            values[channel] = self.serde.loads_typed(blob)
+            if blob[0] == _LIST:
+                items = idx.items(channel, version)
+                if items is None:
+                    raise ValueError(
+                        f"channel {channel!r} version {version!r}: a base of its list is missing"
+                    )
+                values[channel] = [self.serde.loads_typed(i) for i in items]
+            else:
+                values[channel] = self.serde.loads_typed(blob)
         writes = idx.writes.get(cid, {})
         pending = [
             (w[0], w[1], self.serde.loads_typed(w[2]))
@@ -372,17 +429,50 @@ class AgentwalSaver(BaseCheckpointSaver[str]):
         cid = checkpoint["id"]
         c = dict(checkpoint)
         values: Dict[str, Any] = c.pop("channel_values", None) or {}
-        sets: Dict[str, Any] = {}
-        for channel, version in new_versions.items():
-            typ, data = (
-                self.serde.dumps_typed(values[channel]) if channel in values else ("empty", b"")
-            )
-            sets[_BLOB + json.dumps([channel, version])] = [typ, data]
+        parent = config["configurable"].get("checkpoint_id")
         ct, cb = self.serde.dumps_typed(c)
         mt, mb = self.serde.dumps_typed(get_checkpoint_metadata(config, metadata))
-        sets[_CP + cid] = [[ct, cb], [mt, mb], config["configurable"].get("checkpoint_id")]
+        task = _task_name(thread_id, ns)
         with self._lock:
-            self._commit(_task_name(thread_id, ns), sets)
+            idx = self._task(task)
+            parent_versions: Optional[Dict[str, Any]] = None
+            sets: Dict[str, Any] = {}
+            for channel, version in new_versions.items():
+                key = _BLOB + json.dumps([channel, version])
+                if channel not in values:
+                    sets[key] = ["empty", b""]
+                    continue
+                value = values[channel]
+                if type(value) is not list:
+                    sets[key] = list(self.serde.dumps_typed(value))
+                    continue
+                # The prefix rule: the parent's version of this list, if its items are a
+                # byte prefix of the new items, is the base; only the new items are stored.
+                items = [self.serde.dumps_typed(x) for x in value]
+                base = None
+                if parent_versions is None:
+                    entry = idx.cps.get(parent) if parent else None
+                    parent_versions = (
+                        self.serde.loads_typed(entry.checkpoint).get("channel_versions", {})
+                        if entry is not None
+                        else {}
+                    )
+                pv = parent_versions.get(channel)
+                if (
+                    pv is not None
+                    and pv != version
+                    # Overwriting a version (never done by LangGraph) must not close a loop.
+                    and ((channel, version) not in idx.blobs
+                         or (channel, version) not in idx.bases(channel, pv))
+                ):
+                    prev = idx.items(channel, pv)
+                    if prev is not None and len(prev) <= len(items):
+                        if all(prev[i] == items[i] for i in range(len(prev))):
+                            base = pv
+                            items = items[len(prev) :]
+                sets[key] = [_LIST, base, [list(i) for i in items]]
+            sets[_CP + cid] = [[ct, cb], [mt, mb], parent]
+            self._commit(task, sets)
         return {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": cid}}
 
     def put_writes(
@@ -505,6 +595,7 @@ class AgentwalSaver(BaseCheckpointSaver[str]):
                         "channel_versions"
                     ].items()
                 }
+                keep = {k for ch, v in keep for k in idx.bases(ch, v)}
                 blobs = [b for b in idx.blobs if b not in keep]
                 self._unset(task, idx, doomed, blobs)
 
@@ -529,6 +620,7 @@ class AgentwalSaver(BaseCheckpointSaver[str]):
                 idx.writes.pop(cid, None)
             for b in blobs:
                 idx.blobs.pop(b, None)
+            idx.resolved.clear()
             idx.seq = seq
         else:
             self._index.pop(task, None)

@@ -16,7 +16,7 @@ from typing import Annotated, TypedDict
 import pytest
 
 from langgraph.checkpoint.conformance import checkpointer_test, validate
-from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+from langchain_core.messages import AIMessage, HumanMessage, RemoveMessage, ToolMessage
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
@@ -288,3 +288,70 @@ def test_copy_thread_and_prune_on_a_real_graph(tmp_path):
         saver.prune(["src"], strategy="delete")
         assert list(saver.list(src)) == []
         assert len(list(saver.list(dst))) > 1
+
+
+class Edits(TypedDict):
+    """State of the graph that breaks the prefix: replace by id, remove, mutate in place."""
+
+    messages: Annotated[list, add_messages]
+    plain: list
+
+
+def _edits_graph(checkpointer):
+    def grow(state):
+        n = len(state["messages"])
+        return {"messages": [AIMessage(content=f"m{n}", id=f"m{n}")], "plain": [n] * (n % 3)}
+
+    def replace(state):  # same id: add_messages replaces it in place in the list
+        first = state["messages"][0]
+        return {"messages": [HumanMessage(content=first.content + "!", id=first.id)]}
+
+    def remove(state):
+        return {"messages": [RemoveMessage(id=state["messages"][1].id)]}
+
+    def mutate(state):  # changes a live message object, and appends one
+        state["messages"][0].content += "?"
+        return {"messages": [AIMessage(content="after", id=f"a{len(state['messages'])}")]}
+
+    g = StateGraph(Edits)
+    for name, fn in [("grow", grow), ("replace", replace), ("remove", remove),
+                     ("mutate", mutate), ("grow2", grow)]:
+        g.add_node(name, fn)
+    g.add_edge(START, "grow")
+    g.add_edge("grow", "replace")
+    g.add_edge("replace", "remove")
+    g.add_edge("remove", "mutate")
+    g.add_edge("mutate", "grow2")
+    g.add_edge("grow2", END)
+    return g.compile(checkpointer=checkpointer)
+
+
+def test_prefix_rule_falls_back_when_the_list_is_edited(tmp_path):
+    config = {"configurable": {"thread_id": "e"}}
+    histories = []
+    with AgentwalSaver(tmp_path / "store") as saver:
+        for cp in (saver, InMemorySaver()):
+            app = _edits_graph(cp)
+            for turn in range(2):
+                app.invoke({"messages": [HumanMessage(content=f"q{turn}", id=f"q{turn}")],
+                            "plain": []}, config, durability="sync")
+            histories.append(_history(app, config))
+        assert histories[0] == histories[1]
+        assert len(histories[0]) > 10
+    with AgentwalSaver(tmp_path / "store") as saver:
+        assert _history(_edits_graph(saver), config) == histories[1]
+
+
+def test_prefix_rule_stores_a_growing_list_in_linear_bytes(tmp_path):
+    with AgentwalSaver(tmp_path / "store", sync="never") as saver:
+        app, _ = _graph(saver)
+        config = {"configurable": {"thread_id": "t"}}
+        sizes = []
+        for turn in range(40):
+            app.invoke({"messages": [HumanMessage(content=f"hi {turn}", id=f"h-{turn}")],
+                        "steps": 0, "blob": b""}, config, durability="sync")
+            sizes.append(saver.store.stats().bytes_written)
+        # Each turn appends 4 messages: the bytes per turn must not grow with the history.
+        first, last = sizes[9] - sizes[8], sizes[39] - sizes[38]
+        assert last < 1.3 * first, (first, last)
+        assert len(app.get_state(config).values["messages"]) == 160
