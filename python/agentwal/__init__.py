@@ -26,8 +26,9 @@ Values (variables, metadata, tool-call args, message data) are None, bool, int (
 float, str, bytes, list and dict with str keys; a tuple is stored as a list, a bytearray as
 bytes. Anything else raises ``TypeError``.
 
-Errors are :class:`AgentwalError` and its subclasses (see ``agentwal._errors``). The
-LangGraph checkpointer is not part of this release yet.
+Errors are :class:`AgentwalError` and its subclasses (see ``agentwal._errors``). A
+LangGraph checkpointer is :class:`agentwal.langgraph.AgentwalSaver` (it needs
+``langgraph-checkpoint``; ``import agentwal`` does not import it).
 """
 
 from __future__ import annotations

@@ -1,0 +1,694 @@
+"""A LangGraph checkpointer over an agentwal store: :class:`AgentwalSaver`.
+
+Needs ``langgraph-checkpoint`` (4.x), which this module imports; ``agentwal`` itself does not.
+
+Storage mapping (DESIGN.md section 7.11):
+
+- one agentwal task per ``(thread_id, checkpoint_ns)``, named
+  ``lg:<quote(thread_id)>:<quote(checkpoint_ns)>`` (percent-encoding, so ``:`` never appears
+  inside a part and the name decodes back);
+- every ``put`` is one commit whose ``set`` holds ``cp:<checkpoint_id>`` (the checkpoint
+  without its channel values, its metadata and its parent id, serialized by ``self.serde``)
+  and one ``b:<json [channel, version]>`` blob per channel in ``new_versions`` (only those:
+  unchanged channels are never rewritten); a ``list`` value whose parent version's items
+  are a byte prefix of its items stores only the appended items (the prefix rule);
+- every ``put_writes`` is one commit whose ``set`` holds ``w:<json [checkpoint_id, task_id,
+  idx]>`` per new write.
+
+Values are stored as ``[type_str, bytes]`` pairs from ``serde.dumps_typed``: opaque to
+agentwal. The saver keeps an index of each task's variables in memory once it has read the
+task (the same memory InMemorySaver uses), so a step costs one commit and no reload.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+import threading
+from collections.abc import AsyncIterator, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Tuple, Union
+from urllib.parse import quote, unquote
+
+try:
+    from langchain_core.runnables import RunnableConfig
+    from langgraph.checkpoint.base import (
+        WRITES_IDX_MAP,
+        BaseCheckpointSaver,
+        ChannelVersions,
+        Checkpoint,
+        CheckpointMetadata,
+        CheckpointTuple,
+        SerializerProtocol,
+        get_checkpoint_id,
+        get_checkpoint_metadata,
+        writes_sort_key,
+    )
+except ImportError as e:  # pragma: no cover - exercised only without langgraph
+    raise ImportError(
+        "agentwal.langgraph needs langgraph-checkpoint 4.x: pip install 'langgraph-checkpoint>=4,<5'"
+    ) from e
+
+from ._agentwal import TASK_ID_BYTES_MAX, Store
+
+__all__ = ["AgentwalSaver"]
+
+_TASK_PREFIX = "lg:"
+_CP = "cp:"
+_BLOB = "b:"
+_WRITE = "w:"
+# A list channel's blob in the prefix form: [_LIST, base version or None, [[type, bytes]...]]:
+# the items of the blob (channel, base) followed by these items (each serialized alone).
+_LIST = "agentwal.list"
+
+
+def _task_name(thread_id: str, checkpoint_ns: str) -> str:
+    name = f"{_TASK_PREFIX}{quote(thread_id, safe='')}:{quote(checkpoint_ns, safe='')}"
+    if len(name.encode()) > TASK_ID_BYTES_MAX:
+        raise ValueError(
+            f"thread_id and checkpoint_ns are too long for agentwal: the task name "
+            f"{name[:60]!r}... is {len(name.encode())} bytes, the limit is {TASK_ID_BYTES_MAX}"
+        )
+    return name
+
+
+def _parse_task_name(name: str) -> Optional[Tuple[str, str]]:
+    """``(thread_id, checkpoint_ns)`` of a saver task; None for any other task of the store."""
+    if not name.startswith(_TASK_PREFIX):
+        return None
+    parts = name[len(_TASK_PREFIX) :].split(":")
+    if len(parts) != 2:
+        return None
+    return unquote(parts[0]), unquote(parts[1])
+
+
+def _thread_id_of(config: Any, what: str = "config") -> str:
+    if not isinstance(config, dict) or not isinstance(config.get("configurable"), dict):
+        raise ValueError(f"{what} must be a dict with a 'configurable' dict, got {config!r}")
+    thread_id = config["configurable"].get("thread_id")
+    if thread_id is None:
+        raise ValueError(f"{what}['configurable'] has no 'thread_id'")
+    return _check_thread_id(thread_id)
+
+
+def _check_thread_id(thread_id: Any) -> str:
+    if isinstance(thread_id, bool) or not isinstance(thread_id, (str, int)):
+        raise TypeError(f"thread_id must be a str (or an int), got {type(thread_id).__name__}")
+    thread_id = str(thread_id)
+    if not thread_id:
+        raise ValueError("thread_id is empty")
+    return thread_id
+
+
+def _ns_of(config: Dict[str, Any]) -> str:
+    ns = config["configurable"].get("checkpoint_ns", "")
+    if ns is None:
+        ns = ""
+    if not isinstance(ns, str):
+        raise TypeError(f"checkpoint_ns must be a str, got {type(ns).__name__}")
+    return ns
+
+
+@dataclass
+class _Entry:
+    """A stored checkpoint: serialized checkpoint (no values), metadata, parent id."""
+
+    checkpoint: Tuple[str, bytes]
+    metadata: Tuple[str, bytes]
+    parent: Optional[str]
+
+
+@dataclass
+class _TaskIndex:
+    """What the saver knows of one task, as of its checkpoint ``seq``."""
+
+    seq: int = 0
+    cps: Dict[str, _Entry] = field(default_factory=dict)
+    # (channel, version) -> (type, bytes), or (_LIST, base version or None, items)
+    blobs: Dict[Tuple[str, Any], Tuple[Any, ...]] = field(default_factory=dict)
+    # channel -> (version, items): the last list resolved (the next put extends it).
+    resolved: Dict[str, Tuple[Any, Tuple[Tuple[str, bytes], ...]]] = field(default_factory=dict)
+    # checkpoint id -> {(task_id, idx): (task_id, channel, (type, bytes), task_path)}
+    writes: Dict[str, Dict[Tuple[str, int], Tuple[str, str, Tuple[str, bytes], str]]] = field(
+        default_factory=dict
+    )
+
+    def items(self, channel: str, version: Any) -> Optional[Tuple[Tuple[str, bytes], ...]]:
+        """The serialized items of a list blob in the prefix form (following its bases);
+        None if the blob is absent or not in that form."""
+        last = self.resolved.get(channel)
+        if last is not None and last[0] == version:
+            return last[1]
+        chain = []
+        seen = set()
+        v: Any = version
+        while v is not None:
+            if v in seen:
+                raise ValueError(f"channel {channel!r}: the bases of version {version!r} loop")
+            seen.add(v)
+            last = self.resolved.get(channel)
+            if last is not None and last[0] == v:
+                chain.append(last[1])
+                break
+            blob = self.blobs.get((channel, v))
+            if blob is None or blob[0] != _LIST:
+                return None  # a broken chain (a pruned base) or a plain blob
+            chain.append(blob[2])
+            v = blob[1]
+        out: Tuple[Tuple[str, bytes], ...] = tuple(i for part in reversed(chain) for i in part)
+        self.resolved[channel] = (version, out)
+        return out
+
+    def bases(self, channel: str, version: Any) -> List[Tuple[str, Any]]:
+        """The blob keys ``(channel, version)`` needs: itself and its chain of bases."""
+        out = []
+        v: Any = version
+        while v is not None and (channel, v) in self.blobs:
+            out.append((channel, v))
+            blob = self.blobs[(channel, v)]
+            v = blob[1] if blob[0] == _LIST else None
+        return out
+
+    def apply(self, sets: Dict[str, Any]) -> None:
+        for key, value in sets.items():
+            if key.startswith(_CP):
+                c, m, parent = value
+                self.cps[key[len(_CP) :]] = _Entry((c[0], c[1]), (m[0], m[1]), parent)
+            elif key.startswith(_BLOB):
+                channel, version = json.loads(key[len(_BLOB) :])
+                if (channel, version) in self.blobs:  # overwritten: a memo may be stale
+                    self.resolved.clear()
+                if value[0] == _LIST:
+                    items = tuple((t, b) for t, b in value[2])
+                    self.blobs[(channel, version)] = (_LIST, value[1], items)
+                else:
+                    self.blobs[(channel, version)] = (value[0], value[1])
+            elif key.startswith(_WRITE):
+                cid, task_id, idx = json.loads(key[len(_WRITE) :])
+                wtask, channel, typ, data, path = value
+                self.writes.setdefault(cid, {})[(task_id, idx)] = (
+                    wtask,
+                    channel,
+                    (typ, data),
+                    path,
+                )
+
+
+class AgentwalSaver(BaseCheckpointSaver[str]):
+    """A LangGraph checkpoint saver that stores checkpoints in an agentwal store.
+
+    ``store`` is an open :class:`agentwal.Store` (the saver uses it, the caller closes it) or
+    a directory path (the saver opens it with ``open_kwargs``, e.g. ``sync="always"``, and
+    :meth:`close` closes it). The saver's tasks are named ``lg:...``; other tasks of the same
+    store are ignored. Only this saver should commit to its ``lg:`` tasks: it caches what it
+    read of them and reloads a task only when a commit's seq shows that someone else wrote.
+
+    Durability is the store's: with ``sync="always"`` (the default) a checkpoint or write is
+    on disk when ``put``/``put_writes`` return. The async methods run the sync ones in a
+    worker thread (``asyncio.to_thread``) so that an fsync never blocks the event loop; the
+    store releases the GIL while it writes. One lock serializes the saver's operations.
+    """
+
+    def __init__(
+        self,
+        store: Union[Store, str, "os.PathLike[str]"],
+        *,
+        serde: Optional[SerializerProtocol] = None,
+        **open_kwargs: Any,
+    ) -> None:
+        """Uses ``store`` (a :class:`agentwal.Store`) or opens the store at the path ``store``."""
+        super().__init__(serde=serde)
+        if isinstance(store, Store):
+            if open_kwargs:
+                raise TypeError(
+                    f"open options {sorted(open_kwargs)} given with an already open Store"
+                )
+            self.store = store
+            self._owns_store = False
+        elif isinstance(store, (str, os.PathLike)):
+            self.store = Store.open(store, **open_kwargs)
+            self._owns_store = True
+        else:
+            raise TypeError(
+                f"store must be an agentwal.Store or a path, got {type(store).__name__}"
+            )
+        self._lock = threading.RLock()
+        self._index: Dict[str, _TaskIndex] = {}
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Closes the store if the saver opened it (a no-op for a store passed in)."""
+        with self._lock:
+            self._index.clear()
+            if self._owns_store:
+                self.store.close()
+
+    def __enter__(self) -> "AgentwalSaver":
+        """Returns the saver."""
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        """Closes the saver (see :meth:`close`)."""
+        self.close()
+
+    # -- internals ---------------------------------------------------------------------
+
+    def _task(self, task: str) -> _TaskIndex:
+        idx = self._index.get(task)
+        if idx is None:
+            idx = _TaskIndex()
+            cp = self.store.load_latest(task)
+            if cp is None:
+                return idx  # not cached: looking up unknown threads must not grow memory
+            idx.seq = cp.seq
+            idx.apply(cp.state["vars"])
+            self._index[task] = idx
+        return idx
+
+    def _commit(self, task: str, sets: Dict[str, Any]) -> None:
+        idx = self._task(task)
+        seq = self.store.commit(task, {"set": sets})
+        if seq == idx.seq + 1:
+            idx.apply(sets)
+            idx.seq = seq
+            self._index[task] = idx
+        else:  # someone else committed to the task: read it again next time
+            self._index.pop(task, None)
+
+    def _saver_tasks(self) -> List[Tuple[str, str, str]]:
+        out = []
+        for name in self.store.tasks():
+            parsed = _parse_task_name(name)
+            if parsed is not None:
+                out.append((name, parsed[0], parsed[1]))
+        return out
+
+    def _tuple(
+        self,
+        idx: _TaskIndex,
+        thread_id: str,
+        ns: str,
+        cid: str,
+        metadata: Optional[CheckpointMetadata] = None,
+        config: Optional[RunnableConfig] = None,
+    ) -> CheckpointTuple:
+        entry = idx.cps[cid]
+        checkpoint = self.serde.loads_typed(entry.checkpoint)
+        values: Dict[str, Any] = {}
+        for channel, version in checkpoint["channel_versions"].items():
+            blob = idx.blobs.get((channel, version))
+            if blob is None or blob[0] == "empty":
+                continue
+            if blob[0] == _LIST:
+                items = idx.items(channel, version)
+                if items is None:
+                    raise ValueError(
+                        f"channel {channel!r} version {version!r}: a base of its list is missing"
+                    )
+                values[channel] = [self.serde.loads_typed(i) for i in items]
+            else:
+                values[channel] = self.serde.loads_typed(blob)
+        writes = idx.writes.get(cid, {})
+        pending = [
+            (w[0], w[1], self.serde.loads_typed(w[2]))
+            for _, w in sorted(writes.items(), key=lambda kv: writes_sort_key(kv[1][3], *kv[0]))
+        ]
+        return CheckpointTuple(
+            config=config
+            or {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": cid}},
+            checkpoint={**checkpoint, "channel_values": values},
+            metadata=metadata if metadata is not None else self.serde.loads_typed(entry.metadata),
+            parent_config=(
+                {
+                    "configurable": {
+                        "thread_id": thread_id,
+                        "checkpoint_ns": ns,
+                        "checkpoint_id": entry.parent,
+                    }
+                }
+                if entry.parent
+                else None
+            ),
+            pending_writes=pending,
+        )
+
+    # -- the saver interface -----------------------------------------------------------
+
+    def get_tuple(self, config: RunnableConfig) -> Optional[CheckpointTuple]:
+        """The checkpoint of ``config`` (its ``checkpoint_id``, else the namespace's newest,
+        i.e. the largest id), with its channel values and pending writes; None if absent."""
+        thread_id = _thread_id_of(config)
+        ns = _ns_of(config)
+        task = _task_name(thread_id, ns)
+        with self._lock:
+            idx = self._task(task)
+            cid = get_checkpoint_id(config)
+            if cid:
+                if cid not in idx.cps:
+                    return None
+                return self._tuple(idx, thread_id, ns, cid, config=config)
+            if not idx.cps:
+                return None
+            return self._tuple(idx, thread_id, ns, max(idx.cps))
+
+    def list(
+        self,
+        config: Optional[RunnableConfig],
+        *,
+        filter: Optional[Dict[str, Any]] = None,
+        before: Optional[RunnableConfig] = None,
+        limit: Optional[int] = None,
+    ) -> Iterator[CheckpointTuple]:
+        """Checkpoints newest first (by checkpoint id): of ``config``'s thread (all threads if
+        None), of its ``checkpoint_ns`` (all namespaces if absent), only ``checkpoint_id`` if
+        given; ids strictly below ``before``'s; metadata equal to ``filter`` on each of its
+        keys; at most ``limit``. The result is computed when iteration starts."""
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)):
+            raise TypeError(f"limit must be an int or None, got {type(limit).__name__}")
+        if filter is not None and not isinstance(filter, dict):
+            raise TypeError(f"filter must be a dict or None, got {type(filter).__name__}")
+        return iter(self._list(config, filter=filter, before=before, limit=limit))
+
+    def _list(
+        self,
+        config: Optional[RunnableConfig],
+        *,
+        filter: Optional[Dict[str, Any]],
+        before: Optional[RunnableConfig],
+        limit: Optional[int],
+    ) -> List[CheckpointTuple]:
+        before_id = get_checkpoint_id(before) if before else None
+        with self._lock:
+            if config is None:
+                tasks = self._saver_tasks()
+                want_id = None
+            else:
+                thread_id = _thread_id_of(config)
+                want_id = get_checkpoint_id(config)
+                if config["configurable"].get("checkpoint_ns") is not None:
+                    ns = _ns_of(config)
+                    tasks = [(_task_name(thread_id, ns), thread_id, ns)]
+                else:
+                    tasks = [t for t in self._saver_tasks() if t[1] == thread_id]
+            candidates = []
+            for task, thread_id, ns in tasks:
+                idx = self._task(task)
+                for cid in idx.cps:
+                    if want_id and cid != want_id:
+                        continue
+                    if before_id and cid >= before_id:
+                        continue
+                    candidates.append((cid, thread_id, ns, idx))
+            candidates.sort(key=lambda c: (c[0], c[1], c[2]), reverse=True)
+            out: List[CheckpointTuple] = []
+            for cid, thread_id, ns, idx in candidates:
+                if limit is not None and len(out) >= limit:
+                    break
+                metadata = self.serde.loads_typed(idx.cps[cid].metadata)
+                if filter and not all(metadata.get(k) == v for k, v in filter.items()):
+                    continue
+                out.append(self._tuple(idx, thread_id, ns, cid, metadata=metadata))
+            return out
+
+    def put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        """Stores ``checkpoint`` (child of ``config``'s ``checkpoint_id``) in one commit, with
+        a blob for each channel of ``new_versions`` only; returns the checkpoint's config."""
+        thread_id = _thread_id_of(config)
+        ns = _ns_of(config)
+        if not isinstance(checkpoint, dict) or not isinstance(checkpoint.get("id"), str):
+            raise ValueError("checkpoint must be a dict with a str 'id'")
+        cid = checkpoint["id"]
+        c = dict(checkpoint)
+        values: Dict[str, Any] = c.pop("channel_values", None) or {}
+        parent = config["configurable"].get("checkpoint_id")
+        ct, cb = self.serde.dumps_typed(c)
+        mt, mb = self.serde.dumps_typed(get_checkpoint_metadata(config, metadata))
+        task = _task_name(thread_id, ns)
+        with self._lock:
+            idx = self._task(task)
+            parent_versions: Optional[Dict[str, Any]] = None
+            sets: Dict[str, Any] = {}
+            for channel, version in new_versions.items():
+                key = _BLOB + json.dumps([channel, version])
+                if channel not in values:
+                    sets[key] = ["empty", b""]
+                    continue
+                value = values[channel]
+                if type(value) is not list:
+                    sets[key] = list(self.serde.dumps_typed(value))
+                    continue
+                # The prefix rule: the parent's version of this list, if its items are a
+                # byte prefix of the new items, is the base; only the new items are stored.
+                items = [self.serde.dumps_typed(x) for x in value]
+                base = None
+                if parent_versions is None:
+                    entry = idx.cps.get(parent) if parent else None
+                    parent_versions = (
+                        self.serde.loads_typed(entry.checkpoint).get("channel_versions", {})
+                        if entry is not None
+                        else {}
+                    )
+                pv = parent_versions.get(channel)
+                if (
+                    pv is not None
+                    and pv != version
+                    # Overwriting a version (never done by LangGraph) must not close a loop.
+                    and ((channel, version) not in idx.blobs
+                         or (channel, version) not in idx.bases(channel, pv))
+                ):
+                    prev = idx.items(channel, pv)
+                    if prev is not None and len(prev) <= len(items):
+                        if all(prev[i] == items[i] for i in range(len(prev))):
+                            base = pv
+                            items = items[len(prev) :]
+                sets[key] = [_LIST, base, [list(i) for i in items]]
+            sets[_CP + cid] = [[ct, cb], [mt, mb], parent]
+            self._commit(task, sets)
+        return {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": cid}}
+
+    def put_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[Tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        """Stores ``task_id``'s writes at ``config``'s checkpoint in one commit. A write is
+        keyed by ``(task_id, idx)``; ordinary ones are insert-or-ignore, the special channels
+        of ``WRITES_IDX_MAP`` (negative idx) replace."""
+        thread_id = _thread_id_of(config)
+        ns = _ns_of(config)
+        cid = config["configurable"].get("checkpoint_id")
+        if not cid:
+            raise ValueError("put_writes: config['configurable'] has no 'checkpoint_id'")
+        if not isinstance(task_id, str):
+            raise TypeError(f"task_id must be a str, got {type(task_id).__name__}")
+        task = _task_name(thread_id, ns)
+        with self._lock:
+            existing = self._task(task).writes.get(cid, {})
+            sets: Dict[str, Any] = {}
+            for i, (channel, value) in enumerate(writes):
+                widx = WRITES_IDX_MAP.get(channel, i)
+                if widx >= 0 and (task_id, widx) in existing:
+                    continue
+                typ, data = self.serde.dumps_typed(value)
+                sets[_WRITE + json.dumps([cid, task_id, widx])] = [
+                    task_id,
+                    channel,
+                    typ,
+                    data,
+                    task_path,
+                ]
+            if sets:
+                self._commit(task, sets)
+
+    def delete_thread(self, thread_id: str) -> None:
+        """Deletes every checkpoint, blob and write of ``thread_id``, in every namespace (one
+        agentwal task each; the space is reclaimed by compaction)."""
+        thread_id = _check_thread_id(thread_id)
+        with self._lock:
+            for task, tid, _ in self._saver_tasks():
+                if tid == thread_id:
+                    self.store.delete_task(task)
+                    self._index.pop(task, None)
+
+    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        """Copies every checkpoint, blob and write of ``source_thread_id`` (every namespace)
+        to ``target_thread_id``: one ``Store.fork`` per namespace (no value is re-serialized;
+        the fork's first record is a snapshot of the source task's state). A source without
+        checkpoints copies nothing. ``ValueError`` if the target thread already has any."""
+        src = _check_thread_id(source_thread_id)
+        dst = _check_thread_id(target_thread_id)
+        if src == dst:
+            raise ValueError("copy_thread: source and target are the same thread")
+        with self._lock:
+            tasks = self._saver_tasks()
+            if any(tid == dst for _, tid, _ in tasks):
+                raise ValueError(f"copy_thread: target thread {dst!r} already has checkpoints")
+            for task, tid, ns in tasks:
+                if tid != src:
+                    continue
+                seq = self._task(task).seq
+                if seq:
+                    new = _task_name(dst, ns)
+                    self.store.fork(task, seq, new)
+                    self._index.pop(new, None)
+
+    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
+        """Deletes the checkpoints whose metadata ``run_id`` is in ``run_ids``, with their
+        writes, in every thread: one commit per namespace touched, unsetting their keys.
+        Blobs stay (other checkpoints may share them), and the records of the agentwal
+        task's older checkpoints still hold the values until its retention drops them."""
+        if isinstance(run_ids, str):
+            raise TypeError("run_ids must be a sequence of run ids, not one str")
+        runs = set(run_ids)
+        if not runs:
+            return
+        with self._lock:
+            for task, _, _ in self._saver_tasks():
+                idx = self._task(task)
+                doomed = [
+                    cid
+                    for cid, e in idx.cps.items()
+                    if self.serde.loads_typed(e.metadata).get("run_id") in runs
+                ]
+                self._unset(task, idx, doomed)
+
+    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        """Prunes the threads: ``"keep_latest"`` keeps, per namespace, only the newest
+        checkpoint, its writes and the blobs it references (one commit unsetting the rest);
+        ``"delete"`` deletes the threads (as :meth:`delete_thread`). With ``keep_latest`` the
+        space comes back only once the store's retention drops the task's older agentwal
+        checkpoints (``keep_checkpoints``), since those still hold the old values."""
+        if isinstance(thread_ids, str):
+            raise TypeError("thread_ids must be a sequence of thread ids, not one str")
+        if strategy not in ("keep_latest", "delete"):
+            raise ValueError(f"prune: strategy must be 'keep_latest' or 'delete', got {strategy!r}")
+        threads = {_check_thread_id(t) for t in thread_ids}
+        if not threads:
+            return
+        with self._lock:
+            for task, tid, _ in self._saver_tasks():
+                if tid not in threads:
+                    continue
+                if strategy == "delete":
+                    self.store.delete_task(task)
+                    self._index.pop(task, None)
+                    continue
+                idx = self._task(task)
+                if len(idx.cps) <= 1:
+                    continue
+                latest = max(idx.cps)
+                doomed = [cid for cid in idx.cps if cid != latest]
+                keep = {
+                    (ch, v)
+                    for ch, v in self.serde.loads_typed(idx.cps[latest].checkpoint)[
+                        "channel_versions"
+                    ].items()
+                }
+                keep = {k for ch, v in keep for k in idx.bases(ch, v)}
+                blobs = [b for b in idx.blobs if b not in keep]
+                self._unset(task, idx, doomed, blobs)
+
+    def _unset(
+        self,
+        task: str,
+        idx: _TaskIndex,
+        cids: List[str],
+        blobs: Sequence[Tuple[str, Any]] = (),
+    ) -> None:
+        """One commit removing checkpoints ``cids`` with their writes, and ``blobs``."""
+        keys = [_CP + cid for cid in cids]
+        for cid in cids:
+            keys += [_WRITE + json.dumps([cid, t, i]) for (t, i) in idx.writes.get(cid, {})]
+        keys += [_BLOB + json.dumps([ch, v]) for ch, v in blobs]
+        if not keys:
+            return
+        seq = self.store.commit(task, {"unset": keys})
+        if seq == idx.seq + 1:
+            for cid in cids:
+                idx.cps.pop(cid, None)
+                idx.writes.pop(cid, None)
+            for b in blobs:
+                idx.blobs.pop(b, None)
+            idx.resolved.clear()
+            idx.seq = seq
+        else:
+            self._index.pop(task, None)
+
+    def get_next_version(self, current: Optional[str], channel: None) -> str:
+        """A zero-padded counter plus a random suffix (as InMemorySaver), so versions from
+        a fork never collide on ``(channel, version)``."""
+        if current is None:
+            current_v = 0
+        elif isinstance(current, int):
+            current_v = current
+        else:
+            current_v = int(str(current).split(".")[0])
+        return f"{current_v + 1:032}.{random.random():016}"
+
+    # -- async twins: the sync methods in a worker thread ------------------------------
+
+    async def aget_tuple(self, config: RunnableConfig) -> Optional[CheckpointTuple]:
+        """:meth:`get_tuple` in a worker thread."""
+        return await asyncio.to_thread(self.get_tuple, config)
+
+    async def alist(
+        self,
+        config: Optional[RunnableConfig],
+        *,
+        filter: Optional[Dict[str, Any]] = None,
+        before: Optional[RunnableConfig] = None,
+        limit: Optional[int] = None,
+    ) -> AsyncIterator[CheckpointTuple]:
+        """:meth:`list` in a worker thread (the whole result at once), then yielded."""
+        items = await asyncio.to_thread(
+            lambda: list(self.list(config, filter=filter, before=before, limit=limit))
+        )
+        for item in items:
+            yield item
+
+    async def aput(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        """:meth:`put` in a worker thread."""
+        return await asyncio.to_thread(self.put, config, checkpoint, metadata, new_versions)
+
+    async def aput_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[Tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        """:meth:`put_writes` in a worker thread."""
+        await asyncio.to_thread(self.put_writes, config, writes, task_id, task_path)
+
+    async def adelete_thread(self, thread_id: str) -> None:
+        """:meth:`delete_thread` in a worker thread."""
+        await asyncio.to_thread(self.delete_thread, thread_id)
+
+    async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        """:meth:`copy_thread` in a worker thread."""
+        await asyncio.to_thread(self.copy_thread, source_thread_id, target_thread_id)
+
+    async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
+        """:meth:`delete_for_runs` in a worker thread."""
+        await asyncio.to_thread(self.delete_for_runs, run_ids)
+
+    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        """:meth:`prune` in a worker thread."""
+        await asyncio.to_thread(self.prune, thread_ids, strategy=strategy)
