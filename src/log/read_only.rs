@@ -1,7 +1,7 @@
 //! Opening a log read-only, beside a writer that may be appending, rotating and compacting
 //! meanwhile: a scan without the lock, retried while what it reads keeps changing.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -106,14 +106,19 @@ fn scan_read_only(
         });
         match result {
             Ok(scan) => {
+                // Records come segment by segment: one path per segment, not per record.
+                let (mut path_id, mut path) = (None, PathBuf::new());
                 for (pos, lsn, kind, payload) in &records {
+                    if path_id != Some(pos.segment_id) {
+                        (path_id, path) = (Some(pos.segment_id), segment_path(dir, pos.segment_id));
+                    }
                     visit(RecordRef {
                         segment_id: pos.segment_id,
                         offset: pos.offset,
                         lsn: *lsn,
                         kind: *kind,
                         payload,
-                        segment: &segment_path(dir, pos.segment_id),
+                        segment: &path,
                     })?;
                 }
                 return Ok(scan);
