@@ -7,6 +7,8 @@ use pyo3::BoundObject;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
+use crate::types::path;
+
 /// The module defining the exception classes.
 const ERRORS_MODULE: &str = "agentwal._errors";
 
@@ -35,6 +37,27 @@ pub fn raise(
     }
 }
 
+/// A `CorruptionError` naming where the damage is: both damaged framing (`Corruption`) and
+/// a payload whose checksum holds but which does not decode (`Decode`) raise it.
+fn corruption(
+    py: Python<'_>,
+    message: String,
+    segment: &std::path::Path,
+    offset: u64,
+    reason: String,
+) -> PyErr {
+    raise(
+        py,
+        "CorruptionError",
+        message,
+        &[
+            ("segment", obj(py, path(segment))),
+            ("offset", obj(py, offset)),
+            ("reason", obj(py, reason)),
+        ],
+    )
+}
+
 /// An `InvalidArgumentError` with `message`.
 pub fn invalid_argument(py: Python<'_>, message: String) -> PyErr {
     raise(py, "InvalidArgumentError", message, &[])
@@ -51,7 +74,6 @@ fn obj<'py, T: IntoPyObject<'py>>(py: Python<'py>, v: T) -> Bound<'py, PyAny> {
 /// Maps an engine error to its exception class, with its fields as attributes.
 pub fn to_py_err(py: Python<'_>, e: Error) -> PyErr {
     let message = e.to_string();
-    let path = |p: &std::path::Path| p.to_string_lossy().into_owned();
     match e {
         Error::Io { context, source } => {
             let cls = py.import(ERRORS_MODULE).and_then(|m| m.getattr("IoError"));
@@ -70,30 +92,12 @@ pub fn to_py_err(py: Python<'_>, e: Error) -> PyErr {
             segment,
             offset,
             reason,
-        } => raise(
-            py,
-            "CorruptionError",
-            message,
-            &[
-                ("segment", obj(py, path(&segment))),
-                ("offset", obj(py, offset)),
-                ("reason", obj(py, reason.to_string())),
-            ],
-        ),
+        } => corruption(py, message, &segment, offset, reason.to_string()),
         Error::Decode {
             segment,
             offset,
             reason,
-        } => raise(
-            py,
-            "CorruptionError",
-            message,
-            &[
-                ("segment", obj(py, path(&segment))),
-                ("offset", obj(py, offset)),
-                ("reason", obj(py, reason)),
-            ],
-        ),
+        } => corruption(py, message, &segment, offset, reason),
         Error::Locked { dir } => raise(py, "LockedError", message, &[("dir", obj(py, path(&dir)))]),
         Error::ReadOnly => raise(py, "ReadOnlyError", message, &[]),
         Error::StoreChanged { dir } => raise(

@@ -3,7 +3,8 @@
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
-fn path(p: &std::path::Path) -> String {
+/// A path as Python gets it: text (lossy where the name is not UTF-8).
+pub(crate) fn path(p: &std::path::Path) -> String {
     p.to_string_lossy().into_owned()
 }
 
