@@ -118,12 +118,10 @@ impl<S: State> Store<S> {
     /// then deltas up to `seq`: consecutive seqs).
     pub(super) fn fold(&self, task: &str, seq: u64, plan: &[CpEntry]) -> Result<S> {
         let mut state = S::default();
-        let first = (seq + 1).checked_sub(plan.len() as u64);
-        assert!(
-            first.is_some_and(|f| f >= 1),
-            "fold plan longer than the task"
-        );
-        for (entry_seq, entry) in (first.unwrap_or(1)..).zip(plan) {
+        // The plan ends at `seq` and holds consecutive seqs, none below 1.
+        assert!(plan.len() as u64 <= seq, "fold plan longer than the task");
+        let first = seq + 1 - plan.len() as u64;
+        for (entry_seq, entry) in (first..).zip(plan) {
             match self.read_body(task, entry_seq, entry.pos)? {
                 DecodedBody::Snapshot(s) => state = s,
                 DecodedBody::Delta(d) => state.apply(&d),
