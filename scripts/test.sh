@@ -5,5 +5,6 @@
 # Long runs: scripts/torture.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cargo test --release
+# `tokio`: the async API's tests (the other features are the default ones).
+cargo test --release --features tokio
 bash scripts/test-python.sh

@@ -6,6 +6,8 @@
 //! and DESIGN.md for the on-disk format and the recovery rules.
 #![deny(missing_docs)]
 
+#[cfg(feature = "tokio")]
+pub mod async_store;
 mod background;
 pub mod error;
 pub mod log;
@@ -14,6 +16,8 @@ pub mod storage;
 mod store;
 mod value;
 
+#[cfg(feature = "tokio")]
+pub use async_store::AsyncStore;
 pub use error::{CorruptionReason, Error, NotAStoreReason, Result};
 pub use log::{RecoveryMode, SyncMode};
 pub use state::{AgentDelta, AgentState, Message, Role, State, ToolCall};

@@ -35,6 +35,9 @@
 //! promise (exactly the last `keep`) independently of that bookkeeping. `max_age` depends
 //! on the clock, so a plain test covers it instead.
 //!
+//! `async_store_matches_model` (cargo feature `tokio`) runs the same operations through
+//! the async API, which must give the same answers.
+//!
 //! The default case counts keep the file under ~30 s in a debug build; `PROPTEST_CASES`
 //! overrides them. Failures are not persisted to files: a failing sequence found here
 //! becomes a plain `#[test]` at the bottom of this file.
@@ -645,6 +648,35 @@ struct Harness {
     /// Counters the store's `stats()` must report for the current handle.
     commits: u64,
     appends: u64,
+    /// `Some`: the writes and loads go through the async API on this runtime.
+    runtime: Option<Runtime>,
+}
+
+/// The runtime the async API runs on (without the `tokio` feature, none can exist).
+#[cfg(feature = "tokio")]
+type Runtime = tokio::runtime::Runtime;
+#[cfg(not(feature = "tokio"))]
+enum Runtime {}
+
+/// Calls `$method` on the blocking store, or the same method of the async API, by the
+/// harness's mode: both must give the model's answer.
+#[cfg(feature = "tokio")]
+macro_rules! api {
+    ($harness:expr, $store:expr, $method:ident($($arg:expr),*)) => {
+        match &$harness.runtime {
+            None => $store.$method($($arg),*),
+            Some(rt) => rt.block_on(agentwal::AsyncStore::from($store.clone()).$method($($arg),*)),
+        }
+    };
+}
+#[cfg(not(feature = "tokio"))]
+macro_rules! api {
+    ($harness:expr, $store:expr, $method:ident($($arg:expr),*)) => {
+        match &$harness.runtime {
+            None => $store.$method($($arg),*),
+            Some(rt) => match *rt {},
+        }
+    };
 }
 
 impl Harness {
@@ -662,7 +694,19 @@ impl Harness {
             undo: None,
             commits: 0,
             appends: 0,
+            runtime: None,
         }
+    }
+
+    /// The same harness with the async API on a `current_thread` runtime.
+    #[cfg(feature = "tokio")]
+    fn via_async(mut self) -> Self {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a runtime");
+        self.runtime = Some(rt);
+        self
     }
 
     fn store(&self) -> &Store {
@@ -683,7 +727,7 @@ impl Harness {
         match op {
             Op::Commit { task, delta } => {
                 let want = self.model.commit(task, None, delta);
-                let got = store.commit(task, delta).map_err(classify);
+                let got = api!(self, store, commit(task, delta)).map_err(classify);
                 assert_eq!(got, want, "{ctx}");
                 self.commits += u64::from(got.is_ok());
                 self.learn_snapshot(task, &got, ctx);
@@ -701,7 +745,7 @@ impl Harness {
                     Expected::Zero => 0,
                 };
                 let want = self.model.commit(task, Some(expected), delta);
-                let got = store.commit_if(task, expected, delta).map_err(classify);
+                let got = api!(self, store, commit_if(task, expected, delta)).map_err(classify);
                 assert_eq!(got, want, "{ctx}");
                 self.commits += u64::from(got.is_ok());
                 self.learn_snapshot(task, &got, ctx);
@@ -709,29 +753,34 @@ impl Harness {
             Op::Load { task, seq } => {
                 let seq = &seq.resolve(self.model.latest(task));
                 let ctx = &format!("{ctx} (seq {seq})");
-                let got = store.load(task, *seq).map_err(classify).map(|cp| {
-                    cp.map(|cp| {
-                        assert_eq!((cp.task.as_str(), cp.seq), (*task, *seq), "{ctx}");
-                        std::sync::Arc::unwrap_or_clone(cp.state)
-                    })
-                });
+                let got = api!(self, store, load(task, *seq))
+                    .map_err(classify)
+                    .map(|cp| {
+                        cp.map(|cp| {
+                            assert_eq!((cp.task.as_str(), cp.seq), (*task, *seq), "{ctx}");
+                            std::sync::Arc::unwrap_or_clone(cp.state)
+                        })
+                    });
                 assert_eq!(got, self.model.load(task, *seq), "{ctx}");
             }
             Op::LoadLatest { task } => {
-                let got = store
-                    .load_latest(task)
+                let got = api!(self, store, load_latest(task))
                     .map_err(classify)
                     .map(|cp| cp.map(|cp| (cp.seq, std::sync::Arc::unwrap_or_clone(cp.state))));
                 assert_eq!(got, Ok(latest_of(&self.model, task)), "{ctx}");
             }
             Op::LoadLatestMatching { task, rem } => {
-                let got = store
-                    .load_latest_matching(task, |s| matches_rem(s, *rem))
-                    .map_err(classify)
-                    .map(|cp| cp.map(|cp| (cp.seq, std::sync::Arc::unwrap_or_clone(cp.state))));
+                let rem = *rem;
+                let got = api!(
+                    self,
+                    store,
+                    load_latest_matching(task, move |s| matches_rem(s, rem))
+                )
+                .map_err(classify)
+                .map(|cp| cp.map(|cp| (cp.seq, std::sync::Arc::unwrap_or_clone(cp.state))));
                 let want = self
                     .model
-                    .load_latest_matching(task, |s| matches_rem(s, *rem));
+                    .load_latest_matching(task, |s| matches_rem(s, rem));
                 assert_eq!(got, Ok(want), "{ctx}");
             }
             Op::Fork {
@@ -742,13 +791,13 @@ impl Harness {
                 let seq = &seq.resolve(self.model.latest(task));
                 let ctx = &format!("{ctx} (seq {seq})");
                 let want = self.model.fork(task, *seq, new_task);
-                let got = store.fork(task, *seq, new_task).map_err(classify);
+                let got = api!(self, store, fork(task, *seq, new_task)).map_err(classify);
                 assert_eq!(got, want, "{ctx}");
                 self.learn_snapshot(new_task, &got, ctx);
             }
             Op::Delete { task } => {
                 let want = self.model.delete(task);
-                let got = store.delete_task(task).map_err(classify);
+                let got = api!(self, store, delete_task(task)).map_err(classify);
                 assert_eq!(got, want, "{ctx}");
             }
             Op::BeginCall {
@@ -758,16 +807,16 @@ impl Harness {
                 args,
             } => {
                 let want = self.model.begin_call(task, call, tool, args.0);
-                let got = store.begin_call(task, call, tool, args.0).map_err(classify);
+                let got = api!(self, store, begin_call(task, call, tool, args.0)).map_err(classify);
                 assert_eq!(got, want, "{ctx}");
             }
             Op::FinishCall { task, call, result } => {
                 let want = self.model.finish_call(task, call, result.0);
-                let got = store.finish_call(task, call, result.0).map_err(classify);
+                let got = api!(self, store, finish_call(task, call, result.0)).map_err(classify);
                 assert_eq!(got, want, "{ctx}");
             }
             Op::CallResult { task, call } => {
-                let got = store.call_result(task, call).map_err(classify);
+                let got = api!(self, store, call_result(task, call)).map_err(classify);
                 assert_eq!(got, Ok(self.model.call_result(task, call)), "{ctx}");
             }
             Op::PendingCalls { task } => {
@@ -1389,6 +1438,25 @@ proptest! {
     ) {
         let cache_bytes = agentwal::CACHE_BYTES_DEFAULT;
         Harness::new(options(SyncMode::Never, snapshot_every, keep, cache_bytes)).run(&ops);
+    }
+}
+
+#[cfg(feature = "tokio")]
+proptest! {
+    #![proptest_config(config(64))]
+
+    /// The async API (`AsyncStore`) against the same model: its writes are deferred to
+    /// the group commit's completions, its loads answered from the cache or on the
+    /// blocking pool, and every answer must still be the model's.
+    #[test]
+    fn async_store_matches_model(
+        sync in select(vec![SyncMode::Never, SyncMode::Always]),
+        snapshot_every in select(vec![1u32, 3]),
+        keep in keep(),
+        cache_bytes in select(vec![0u64, agentwal::CACHE_BYTES_DEFAULT]),
+        ops in prop::collection::vec(op(), 1..80),
+    ) {
+        Harness::new(options(sync, snapshot_every, keep, cache_bytes)).via_async().run(&ops);
     }
 }
 

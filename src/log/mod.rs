@@ -28,6 +28,7 @@ mod read_only;
 pub mod record;
 mod recovery;
 pub(crate) mod segment;
+mod syncer;
 mod writer;
 
 use std::collections::HashMap;
@@ -154,6 +155,17 @@ fn record_bytes(payload_bytes: usize) -> u32 {
     bytes as u32
 }
 
+#[cfg_attr(not(feature = "tokio"), allow(dead_code))]
+/// A record for [`Log::append_then`]: its payload, and what to do once it is done.
+pub(crate) trait AppendThen: Send {
+    /// The record's payload (copied into the batch when queued).
+    fn payload(&self) -> &[u8];
+    /// Told once: where the record is, once it is as durable as the sync mode promises,
+    /// or why it failed. Runs on the thread that finished the batch, with no lock of the
+    /// log held.
+    fn done(self: Box<Self>, outcome: Result<Appended>);
+}
+
 /// What `append` returns.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Appended {
@@ -185,7 +197,10 @@ pub struct LogStats {
 /// A handle to a log directory. Cheap to clone; all clones share one writer.
 #[derive(Clone)]
 pub struct Log {
-    // Declared first so it drops first: the last handle stops and joins the `Periodic`
+    // Declared first so it drops first: the last handle stops and joins the syncer (which
+    // holds the log's `Inner`) before anything else goes.
+    _syncer: Arc<syncer::SyncerSlot>,
+    // Declared next so it drops first: the last handle stops and joins the `Periodic`
     // flusher before the writer (and the directory lock) goes, so a reopen right after
     // the drop does not find the directory still locked by a flush in progress.
     _flusher: Arc<Option<Periodic>>,
@@ -255,6 +270,26 @@ impl Log {
             pos,
             bytes: record_bytes(payload.len()),
         })
+    }
+
+    /// Queues a record without blocking: `then` learns the outcome from the thread that
+    /// finishes its batch (a syncer thread, started at the first call, leads the batches
+    /// no blocking appender leads). The async API's append.
+    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
+    pub(crate) fn append_then(&self, kind: u8, then: Box<dyn AppendThen>) {
+        let writer = match self.writer() {
+            Ok(writer) => writer,
+            Err(e) => return then.done(Err(e)),
+        };
+        if kind == KIND_UNWRITTEN || kind > KIND_USER_MAX {
+            return then.done(Err(Error::InvalidArgument(format!(
+                "record kind {kind} is reserved; use 1..={KIND_USER_MAX}"
+            ))));
+        }
+        if let Err(e) = self._syncer.ensure(&self.inner) {
+            return then.done(Err(e));
+        }
+        writer.append_then(kind, then);
     }
 
     /// Makes every record appended so far durable (a no-op cost under `SyncMode::Always`).

@@ -72,6 +72,7 @@ impl Log {
             _ => None,
         };
         Ok(Log {
+            _syncer: Arc::default(),
             _flusher: Arc::new(flusher),
             inner,
         })

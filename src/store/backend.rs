@@ -8,7 +8,8 @@ use std::path::{Path, PathBuf};
 
 use crate::error::Result;
 use crate::log::{
-    Appended, CompactionHooks, Log, LogCompaction, LogRecovery, RecordPos, RecordRef, SkippedRange,
+    AppendThen, Appended, CompactionHooks, Log, LogCompaction, LogRecovery, RecordPos, RecordRef,
+    SkippedRange,
 };
 
 /// Counters and sizes of a backend, for [`Stats`](super::Stats).
@@ -37,6 +38,10 @@ pub(crate) struct BackendStats {
 pub(crate) trait Backend: Send + Sync {
     /// Appends one record of `kind`.
     fn append(&self, kind: u8, payload: &[u8]) -> Result<Appended>;
+    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
+    /// Queues one record of `kind` without blocking; `then` learns the outcome, with
+    /// the same promise as `append` (the async API's append).
+    fn append_then(&self, kind: u8, then: Box<dyn AppendThen>);
     /// Reads the record at `pos` and hands it to `f`.
     fn read(&self, pos: RecordPos, f: &mut dyn FnMut(RecordRef<'_>) -> Result<()>) -> Result<()>;
     /// Makes every record appended so far durable.
@@ -65,6 +70,10 @@ pub(crate) trait Backend: Send + Sync {
 impl Backend for Log {
     fn append(&self, kind: u8, payload: &[u8]) -> Result<Appended> {
         Log::append(self, kind, payload)
+    }
+
+    fn append_then(&self, kind: u8, then: Box<dyn AppendThen>) {
+        Log::append_then(self, kind, then)
     }
 
     fn read(&self, pos: RecordPos, f: &mut dyn FnMut(RecordRef<'_>) -> Result<()>) -> Result<()> {

@@ -4,10 +4,7 @@
 use super::backend::read_record;
 use super::codec::{self, CallBeginRec, CallFinishRec, Decoded};
 use super::index::CallEntry;
-use super::{
-    CALL_ID_BYTES_MAX, PendingCall, Store, TASK_ID_BYTES_MAX, TOOL_NAME_BYTES_MAX, now_ms,
-    validate_id,
-};
+use super::{CALL_ID_BYTES_MAX, PendingCall, Store, TASK_ID_BYTES_MAX, now_ms, validate_id};
 use crate::error::{Error, Result};
 use crate::log::RecordPos;
 use crate::state::State;
@@ -18,10 +15,7 @@ impl<S: State> Store<S> {
     /// and args is a no-op (an agent resuming after a crash); with different ones, or
     /// after it finished, it is an error.
     pub fn begin_call(&self, task: &str, call_id: &str, tool: &str, args: &[u8]) -> Result<()> {
-        self.writable()?;
-        validate_id("task id", task, TASK_ID_BYTES_MAX)?;
-        validate_id("call id", call_id, CALL_ID_BYTES_MAX)?;
-        validate_id("tool name", tool, TOOL_NAME_BYTES_MAX)?;
+        self.check_begin_call(task, call_id, tool)?;
         self.with_task_lock(task, |slot| {
             {
                 let _reading = self.inner.relocation.read();
@@ -69,15 +63,7 @@ impl<S: State> Store<S> {
     /// Durably records the result of a begun call. Finishing an unknown call, or finishing
     /// again with a different result, is an error; the same result again is a no-op.
     pub fn finish_call(&self, task: &str, call_id: &str, result: &[u8]) -> Result<()> {
-        self.writable()?;
-        validate_id("task id", task, TASK_ID_BYTES_MAX)?;
-        validate_id("call id", call_id, CALL_ID_BYTES_MAX)?;
-        let Some(slot) = self.inner.index.get(task) else {
-            return Err(Error::UnknownTask {
-                task: task.to_string(),
-            });
-        };
-        drop(slot);
+        self.check_finish_call(task, call_id)?;
         self.with_task_lock(task, |slot| {
             let finished = {
                 let _reading = self.inner.relocation.read();

@@ -107,20 +107,19 @@ pub(crate) struct CheckpointHead<'a> {
 
 /// Decodes a store record read from the log.
 pub(crate) fn decode<'a>(rec: &RecordRef<'a>) -> Result<Decoded<'a>> {
-    let p = rec.payload;
-    let decoded = match rec.kind {
+    decode_payload(rec.kind, rec.payload).map_err(|reason| decode_error(rec, reason))
+}
+
+/// Decodes a store record's payload of `kind`; the error says why it does not decode.
+pub(crate) fn decode_payload(kind: u8, p: &[u8]) -> std::result::Result<Decoded<'_>, String> {
+    let decoded = match kind {
         KIND_CHECKPOINT => postcard::from_bytes(p).map(Decoded::Checkpoint),
         KIND_CALL_BEGIN => postcard::from_bytes(p).map(Decoded::CallBegin),
         KIND_CALL_FINISH => postcard::from_bytes(p).map(Decoded::CallFinish),
         KIND_DELETE => postcard::from_bytes(p).map(Decoded::Delete),
-        other => {
-            return Err(decode_error(
-                rec,
-                format!("unknown store record kind {other}"),
-            ));
-        }
+        other => return Err(format!("unknown store record kind {other}")),
     };
-    decoded.map_err(|e| decode_error(rec, e.to_string()))
+    decoded.map_err(|e| e.to_string())
 }
 
 /// Encodes a record payload.

@@ -16,14 +16,14 @@ impl<S: State> Store<S> {
         self.commit_inner(task, Some(expected_seq), delta)
     }
 
-    pub(super) fn commit_inner(
+    /// `commit_if` with `Some(expected)`, `commit` with `None`.
+    pub(crate) fn commit_inner(
         &self,
         task: &str,
         expected: Option<u64>,
         delta: &S::Delta,
     ) -> Result<u64> {
-        self.writable()?;
-        validate_id("task id", task, TASK_ID_BYTES_MAX)?;
+        self.check_commit(task)?;
         codec::with_encoded(delta, |delta_bytes| {
             self.with_task_lock(task, |slot| {
                 self.commit_locked(task, slot, expected, delta, delta_bytes)
@@ -39,6 +39,28 @@ impl<S: State> Store<S> {
         delta: &S::Delta,
         delta_bytes: &[u8],
     ) -> Result<u64> {
+        let plan = self.plan_commit(task, slot, expected, delta, delta_bytes, Reads::Allowed)?;
+        let Some(plan) = plan else {
+            unreachable!("a commit that may read never defers")
+        };
+        let rec = plan.record(task, delta_bytes);
+        self.append_live(codec::KIND_CHECKPOINT, codec::Decoded::Checkpoint(rec))?;
+        Ok(self.committed(task, slot, plan.seq, plan.next))
+    }
+
+    /// Everything a commit decides before it appends: the conflict check, the next seq,
+    /// the next state, and whether to write a snapshot. `None` under `Reads::Refused`
+    /// when the next state is neither cached nor new and a snapshot is due, so it would
+    /// have to be folded from disk (the async API then commits on a blocking thread).
+    pub(super) fn plan_commit(
+        &self,
+        task: &str,
+        slot: &Arc<TaskSlot>,
+        expected: Option<u64>,
+        delta: &S::Delta,
+        delta_bytes: &[u8],
+        reads: Reads,
+    ) -> Result<Option<CommitPlan<S>>> {
         let at = self.commit_point(slot, delta_bytes.len());
         let (latest, snapshot_due) = (at.latest_seq, at.snapshot_due);
         if let Some(expected) = expected
@@ -50,7 +72,13 @@ impl<S: State> Store<S> {
                 actual: latest,
             });
         }
-        let seq = latest + 1;
+        if reads == Reads::Refused
+            && snapshot_due
+            && latest > 0
+            && self.cache.get(task, slot, latest).is_none()
+        {
+            return Ok(None);
+        }
         let next = self.state_after(task, slot, latest, delta, snapshot_due)?;
         let snapshot = match (&next, snapshot_due) {
             (Some(state), true) => {
@@ -58,23 +86,25 @@ impl<S: State> Store<S> {
             }
             _ => None,
         };
-        let (body_kind, body) = match &snapshot {
-            Some(bytes) => (Body::Snapshot, bytes.as_slice()),
-            None => (Body::Delta, delta_bytes),
-        };
-        let rec = CheckpointRec {
-            task,
-            seq,
+        Ok(Some(CommitPlan {
+            seq: latest + 1,
             // Never earlier than the previous checkpoint, so max_age retention can bisect.
             created_at_ms: now_ms().max(at.previous_ms),
-            schema_version: S::VERSION,
-            body_kind,
-            origin: None,
-            body,
-        };
-        self.append_live(codec::KIND_CHECKPOINT, codec::Decoded::Checkpoint(rec))?;
-        // The task's commit lock is held: nothing else can have moved its latest seq, and
-        // a load of `seq` now checks the record it reads is this one (`indexed_checkpoint`).
+            snapshot,
+            next,
+        }))
+    }
+
+    /// What follows a commit's record once it is durable and indexed: the counters and
+    /// the cache. The task's gate is held: nothing else can have moved its latest seq, and
+    /// a load of `seq` now checks the record it reads is this one (`indexed_checkpoint`).
+    pub(super) fn committed(
+        &self,
+        task: &str,
+        slot: &Arc<TaskSlot>,
+        seq: u64,
+        next: Option<Arc<S>>,
+    ) -> u64 {
         assert_eq!(
             slot.data.read().latest_seq(),
             seq,
@@ -84,11 +114,11 @@ impl<S: State> Store<S> {
         if let Some(state) = next {
             self.cache_put(task, slot, seq, state);
         }
-        Ok(seq)
+        seq
     }
 
     /// Where the task stands before a commit of a `delta_bytes` delta (read under the
-    /// task's commit lock, so it holds until the append).
+    /// task's gate, so it holds until the append).
     fn commit_point(&self, slot: &TaskSlot, delta_bytes: usize) -> CommitPoint {
         let data = slot.data.read();
         CommitPoint {
@@ -214,4 +244,42 @@ struct CommitPoint {
     previous_ms: u64,
     /// About what its state's encoding takes (sizes the snapshot buffer).
     state_bytes: u64,
+}
+
+/// Whether a write may read the disk before it appends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Reads {
+    /// A blocking caller: it may.
+    Allowed,
+    /// An async caller on a runtime worker: it must not; the write is deferred instead.
+    Refused,
+}
+
+/// A commit decided, not yet appended.
+pub(super) struct CommitPlan<S> {
+    pub seq: u64,
+    pub created_at_ms: u64,
+    /// The encoded next state, if this commit writes a snapshot (else the delta).
+    pub snapshot: Option<Vec<u8>>,
+    /// The next state, when at hand, for the cache.
+    pub next: Option<Arc<S>>,
+}
+
+impl<S: State> CommitPlan<S> {
+    /// The checkpoint record of this plan for `task`, whose delta encodes to `delta_bytes`.
+    pub fn record<'a>(&'a self, task: &'a str, delta_bytes: &'a [u8]) -> CheckpointRec<'a> {
+        let (body_kind, body) = match &self.snapshot {
+            Some(bytes) => (Body::Snapshot, bytes.as_slice()),
+            None => (Body::Delta, delta_bytes),
+        };
+        CheckpointRec {
+            task,
+            seq: self.seq,
+            created_at_ms: self.created_at_ms,
+            schema_version: S::VERSION,
+            body_kind,
+            origin: None,
+            body,
+        }
+    }
 }

@@ -13,7 +13,7 @@ impl<S: State> Store<S> {
                 task: task.to_string(),
             });
         };
-        let _commit = slot.commit.lock();
+        let _gate = self.inner.gates.lock(&slot);
         if slot.data.read().deleted {
             return Err(Error::UnknownTask {
                 task: task.to_string(),

@@ -58,6 +58,33 @@ impl<S: State> Store<S> {
         Ok(None)
     }
 
+    /// [`load_latest`](Self::load_latest) when it needs no read of the disk: the task is
+    /// unknown or has no checkpoint, or its latest state is cached. `None`: it needs one.
+    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
+    pub(crate) fn load_latest_cached(&self, task: &str) -> Option<Result<Option<Checkpoint<S>>>> {
+        if let Err(e) = validate_id("task id", task, TASK_ID_BYTES_MAX) {
+            return Some(Err(e));
+        }
+        let Some(slot) = self.inner.index.get(task) else {
+            return Some(Ok(None));
+        };
+        let (latest, created_at_ms) = {
+            let data = slot.data.read();
+            let latest = data.latest_seq();
+            if data.deleted || latest == 0 {
+                return Some(Ok(None));
+            }
+            (latest, data.checkpoint(latest)?.created_at_ms)
+        };
+        let state = self.cache.get(task, &slot, latest)?;
+        Some(Ok(Some(Checkpoint {
+            task: task.to_string(),
+            seq: latest,
+            created_at_ms,
+            state,
+        })))
+    }
+
     /// Oldest seq retention serves for this task.
     pub(super) fn retained_from(&self, data: &TaskData) -> u64 {
         let o = &self.inner.options;

@@ -6,8 +6,10 @@ mod calls;
 mod codec;
 mod commit;
 mod compaction;
+mod deferred;
 mod delete;
 mod fork;
+mod gate;
 mod index;
 mod inspect;
 mod load;
@@ -24,6 +26,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 pub use crate::log::COMPACTION_DEAD_BYTES_MIN;
+#[cfg_attr(not(feature = "tokio"), allow(unused_imports))]
+pub(crate) use deferred::{Deferred, Reply};
 pub use inspect::{
     BodyCheck, CallInfo, RecordSummary, TaskInfo, UndecodedBodies, VerifyReport, describe_record,
 };
@@ -74,7 +78,7 @@ impl<S: State> Clone for Store<S> {
 ///
 /// Locks, in the order they are taken (a thread holding one takes only later ones):
 /// 1. `compactor` (one compaction pass at a time);
-/// 2. a task's `TaskSlot::commit` (one writer per task: check, append, index);
+/// 2. a task's gate (`gates`: one writer per task: check, append, index);
 /// 3. `relocation`, shared by committers from append to index update and by readers
 ///    while they resolve and read positions; exclusive only inside a compaction pass, for
 ///    its barrier, its check before deleting whole segments, and the switch to the moved
@@ -92,8 +96,11 @@ struct Inner {
     report: RecoveryReport,
     commits: AtomicU64,
     compactions: AtomicU64,
-    /// See the lock order above.
-    relocation: parking_lot::RwLock<()>,
+    /// See the lock order above. Shared (`Arc`) so that an async write's hold is owned by
+    /// the write and released by the thread that completes it.
+    relocation: Arc<parking_lot::RwLock<()>>,
+    /// Where writers wait for a task's gate (lock order: see above).
+    gates: Arc<gate::Gates>,
     /// Serializes compaction passes.
     compactor: parking_lot::Mutex<()>,
 }
@@ -129,30 +136,39 @@ impl<S: State> Store<S> {
         }
     }
 
-    /// Runs `f` holding the task's commit lock (creating the task's slot if needed), so
-    /// the check-then-append of one task's writes cannot interleave. Retries if the slot
-    /// was deleted while waiting. A slot still empty afterwards (the write on a new task
-    /// failed) is removed again unless someone else holds it (see `remove_if_unused`).
+    /// Runs `f` holding the task's gate, so the check-then-append of one task's writes
+    /// cannot interleave.
     fn with_task_lock<T>(
         &self,
         task: &str,
         f: impl FnOnce(&Arc<TaskSlot>) -> Result<T>,
     ) -> Result<T> {
+        let gate = self.lock_task(task);
+        let result = f(gate.slot());
+        self.release_task(task, gate);
+        result
+    }
+
+    /// Takes the task's gate (creating its slot if needed); retries if the slot was
+    /// deleted while waiting.
+    fn lock_task(&self, task: &str) -> gate::GateGuard {
         loop {
             let slot = self.inner.index.get_or_create(task);
-            let commit = slot.commit.lock();
-            if slot.data.read().deleted {
-                continue;
+            let gate = self.inner.gates.lock(&slot);
+            if !slot.data.read().deleted {
+                return gate;
             }
-            let result = f(&slot);
-            let empty = !slot.data.read().exists();
-            // Both released before the check: it requires that no one holds the slot.
-            drop(commit);
-            drop(slot);
-            if empty {
-                self.inner.index.remove_if_unused(task);
-            }
-            return result;
+        }
+    }
+
+    /// Releases a task's gate. A slot still empty afterwards (the write on a new task
+    /// failed) is removed again unless someone else holds it (see `remove_if_unused`).
+    fn release_task(&self, task: &str, gate: gate::GateGuard) {
+        let empty = !gate.slot().data.read().exists();
+        // Released before the check: it requires that no one holds the slot.
+        drop(gate);
+        if empty {
+            self.inner.index.remove_if_unused(task);
         }
     }
 

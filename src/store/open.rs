@@ -92,7 +92,8 @@ impl<S: State> Store<S> {
             report,
             commits: AtomicU64::new(0),
             compactions: AtomicU64::new(0),
-            relocation: parking_lot::RwLock::new(()),
+            relocation: Arc::new(parking_lot::RwLock::new(())),
+            gates: Arc::default(),
             compactor: parking_lot::Mutex::new(()),
         });
         let compactor = (options.auto_compact && !inner.backend.is_read_only())

@@ -12,6 +12,11 @@
 //! one waiter of the next batch first, to lead it, then every waiter of its own batch, so
 //! no thread wakes up only to find its record still pending.
 //!
+//! Records appended with [`Writer::append_then`] (the async API's) wait in the queue
+//! without a thread: the leader that finishes their batch runs their completions, with no
+//! lock of the writer held, and a syncer thread leads the batches no blocking appender
+//! leads ([`Writer::run_syncer`]).
+//!
 //! The leader's side is split by job: [`io`] writes runs of records, preallocates and
 //! syncs; [`rotation`] seals a full segment and creates the next; [`zeroing`] writes zeros
 //! ahead of the data while that pays. [`batch`] is the queue appenders fill.
@@ -21,6 +26,7 @@ mod io;
 mod rotation;
 mod zeroing;
 
+use std::collections::VecDeque;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -31,7 +37,7 @@ use self::batch::{Batch, Pending, reserve};
 use self::zeroing::ZeroingPolicy;
 use super::format::*;
 use super::record;
-use super::{RecordPos, SyncMode};
+use super::{AppendThen, Appended, RecordPos, SyncMode, record_bytes};
 use crate::error::{Error, Result};
 use crate::storage::{Storage, StorageFile};
 
@@ -62,6 +68,16 @@ struct Shared {
     in_flight_sync: bool,
     /// First write/fsync failure; the handle accepts nothing after it.
     poisoned: Option<String>,
+    /// Records of `append_then` not yet done, in LSN order.
+    completions: VecDeque<Completion>,
+    /// Set when the log closes: the syncer thread returns.
+    syncer_stop: bool,
+}
+
+/// A queued record of `append_then` and what to tell once it is done.
+struct Completion {
+    appended: Appended,
+    then: Box<dyn AppendThen>,
 }
 
 /// The file side, touched only by the current leader (under `Writer::io`).
@@ -135,6 +151,8 @@ pub(crate) struct Writer {
     shared: Mutex<Shared>,
     /// Waiters for batch number `n` sleep on `wake[n % 2]`, with `shared` (their mutex).
     wake: [Condvar; 2],
+    /// The syncer thread sleeps on it (with `shared`) while no `append_then` record waits.
+    async_work: Condvar,
     io: Mutex<Io>,
     sync: SyncMode,
     segment_bytes: u64,
@@ -173,8 +191,11 @@ impl Writer {
                 in_flight_end: start.next_lsn,
                 in_flight_sync: false,
                 poisoned: None,
+                completions: VecDeque::new(),
+                syncer_stop: false,
             }),
             wake: [Condvar::new(), Condvar::new()],
+            async_work: Condvar::new(),
             io: Mutex::new(Io {
                 storage: start.storage,
                 dir: start.dir,
@@ -268,6 +289,79 @@ impl Writer {
         Ok((lsn, pos))
     }
 
+    /// Queues one record without waiting: `then` is told once it is durable (`Always`)
+    /// or written (otherwise), or that it failed, by the thread that finishes its batch
+    /// (the syncer, or a blocking appender leading). The caller must make sure a syncer
+    /// runs ([`run_syncer`](Self::run_syncer)).
+    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
+    pub fn append_then(&self, kind: u8, then: Box<dyn AppendThen>) {
+        let payload = then.payload();
+        let limit = self.payload_bytes_max();
+        if payload.len() as u64 > limit {
+            let too_large = Error::RecordTooLarge {
+                payload_bytes: payload.len() as u64,
+                limit_bytes: limit,
+            };
+            return then.done(Err(too_large));
+        }
+        let payload_crc =
+            (payload.len() >= APPENDER_CRC_MIN_BYTES).then(|| record::payload_crc(payload));
+        let mut shared = self.shared.lock();
+        if let Some(cause) = &shared.poisoned {
+            let cause = cause.clone();
+            drop(shared);
+            return then.done(Err(Error::Poisoned { cause }));
+        }
+        let lsn = shared.next_lsn;
+        let pos = reserve(&mut shared.tail, payload.len() as u64, self.segment_bytes);
+        shared.next_lsn += 1;
+        let pending = Pending {
+            lsn,
+            pos,
+            kind,
+            payload_crc,
+            payload_len: payload.len() as u32,
+        };
+        shared.queue.push(pending, payload);
+        let appended = Appended {
+            lsn,
+            pos,
+            bytes: record_bytes(payload.len()),
+        };
+        shared.completions.push_back(Completion { appended, then });
+        self.counters.appends.fetch_add(1, Ordering::Relaxed);
+        self.async_work.notify_one();
+    }
+
+    /// The syncer: leads batches while `append_then` records wait and no blocking
+    /// appender leads them; returns once [`stop_syncer`](Self::stop_syncer) was called.
+    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
+    pub fn run_syncer(&self) {
+        let durable = matches!(self.sync, SyncMode::Always);
+        let mut shared = self.shared.lock();
+        loop {
+            if shared.syncer_stop {
+                return;
+            }
+            let Some(last) = shared.completions.back() else {
+                self.async_work.wait(&mut shared);
+                continue;
+            };
+            let target = last.appended.lsn + 1;
+            // A failure is reported to every completion (and poisons the handle, which
+            // then queues nothing more), so there is nothing left to do with it here.
+            let _ = self.drive(shared, target, durable);
+            shared = self.shared.lock();
+        }
+    }
+
+    /// Makes [`run_syncer`](Self::run_syncer) return.
+    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
+    pub fn stop_syncer(&self) {
+        self.shared.lock().syncer_stop = true;
+        self.async_work.notify_all();
+    }
+
     /// Makes everything appended so far durable.
     pub fn flush(&self) -> Result<()> {
         let shared = self.shared.lock();
@@ -317,8 +411,20 @@ impl Writer {
             drop(shared);
             let outcome = self.io.lock().write_batch(&mut batch, sync, self);
             shared = self.shared.lock();
-            self.finish_batch(&mut shared, batch, outcome)?;
+            let finished = self.finish_batch(&mut shared, batch, outcome);
             self.wake_after(batch_no);
+            let done = take_done(&mut shared, self.sync);
+            if !shared.completions.is_empty() {
+                // Records of `append_then` still wait: the syncer leads them if no
+                // blocking appender does.
+                self.async_work.notify_one();
+            }
+            if !done.is_empty() {
+                drop(shared);
+                run_completions(done, &finished);
+                shared = self.shared.lock();
+            }
+            finished?;
         }
     }
 
@@ -375,6 +481,36 @@ impl Writer {
             next.notify_all();
         }
         self.wake[parity(batch_no)].notify_all();
+    }
+}
+
+/// The completions a finished batch satisfied: those written (and durable, under
+/// `Always`), or all of them once the handle is poisoned.
+fn take_done(shared: &mut Shared, sync: SyncMode) -> Vec<Completion> {
+    let reached = match (&shared.poisoned, sync) {
+        (Some(_), _) => u64::MAX,
+        (None, SyncMode::Always) => shared.durable_lsn,
+        (None, _) => shared.written_lsn,
+    };
+    let ready = shared
+        .completions
+        .iter()
+        .take_while(|c| c.appended.lsn < reached)
+        .count();
+    shared.completions.drain(..ready).collect()
+}
+
+/// Tells each completion its outcome: its record's position, or the batch's failure.
+/// Called with no lock of the writer held: a completion takes the store's locks.
+fn run_completions(done: Vec<Completion>, batch: &Result<()>) {
+    for c in done {
+        let outcome = match batch {
+            Ok(()) => Ok(c.appended),
+            Err(e) => Err(Error::Poisoned {
+                cause: e.to_string(),
+            }),
+        };
+        c.then.done(outcome);
     }
 }
 

@@ -14,16 +14,20 @@ mod task;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use parking_lot::{Mutex, RwLock};
+use std::sync::atomic::AtomicBool;
+
+use parking_lot::RwLock;
 
 pub(crate) use calls::CallEntry;
 pub(crate) use checkpoints::CpEntry;
 pub(crate) use task::TaskData;
 
-/// One task's slot: a lock that serializes its commits, and its data.
+/// One task's slot: the gate that serializes its writes (held through
+/// [`Gates`](super::gate::Gates)), and its data.
 #[derive(Debug, Default)]
 pub(crate) struct TaskSlot {
-    pub commit: Mutex<()>,
+    /// Set while a writer holds the task's gate.
+    pub gate: AtomicBool,
     pub data: RwLock<TaskData>,
 }
 
@@ -75,7 +79,7 @@ impl Index {
     /// `get_or_create`, which clones the slot's `Arc` while it holds the map's lock, and
     /// keeps that clone until its write is applied. Here the map's write lock is held, so
     /// no clone can be made meanwhile, and a strong count of 1 (the map's own) means no
-    /// writer holds the slot or waits on its commit lock; `exists()` false then means no
+    /// writer holds the slot or waits on its gate; `exists()` false then means no
     /// write has landed in it. A writer arriving later finds no slot and makes a fresh one.
     /// The caller must have dropped its own clone first: with two writers failing at once,
     /// whichever checks last then sees the count at 1 (each checks after its own drop).
