@@ -32,5 +32,6 @@ pub use value::{NotJson, Value};
 
 /// Runs the README's Rust examples as doctests, so the README cannot drift from the API.
 #[doc = include_str!("../README.md")]
-#[cfg(doctest)]
+// With `tokio` only: README shows the async API too.
+#[cfg(all(doctest, feature = "tokio"))]
 pub struct ReadmeDoctests;
