@@ -22,6 +22,11 @@
 //! writer beyond it, every acked begun call is pending or finished and every acked finish
 //! has its result. Rounds reuse one directory: each child resumes from `load_latest`.
 //!
+//! With the `tokio` feature, every other round's child runs the same writers as tasks on a
+//! 2-worker tokio runtime through the async API (`AsyncStore`), whose commits are queued
+//! and answered by the thread that finishes their batch: a kill then lands among deferred
+//! writes, and the same checks hold.
+//!
 //! `AGENTWAL_KILL_ROUNDS` sets the number of rounds (default 25, a few seconds in
 //! release); `AGENTWAL_KILL_SEED` replays the kill schedule of a printed seed (the
 //! delays and options; thread interleavings differ from run to run).
@@ -44,6 +49,8 @@ const CHILD_ENV: &str = "AGENTWAL_KILL_CHILD";
 const KEEP_ENV: &str = "AGENTWAL_KILL_KEEP";
 const ROUNDS_ENV: &str = "AGENTWAL_KILL_ROUNDS";
 const SEED_ENV: &str = "AGENTWAL_KILL_SEED";
+/// Set for a child that writes through the async API.
+const ASYNC_ENV: &str = "AGENTWAL_KILL_ASYNC";
 const ROUNDS_DEFAULT: u64 = 25;
 /// Marks the child's acknowledgement lines.
 const ACK: &str = "#ack ";
@@ -185,6 +192,9 @@ fn child_writer() {
         fail_child(&format!("open failed: {e}"));
     });
     ack("R ready 0");
+    if std::env::var_os(ASYNC_ENV).is_some() {
+        return async_child::run(store, started);
+    }
     let shared_expected = AtomicU64::new(latest(&store, SHARED_TASK));
     std::thread::scope(|s| {
         for t in 0..THREADS {
@@ -271,6 +281,111 @@ fn fail_child(why: &str) -> ! {
     std::process::exit(3);
 }
 
+/// The child's writers as tasks on a tokio runtime, through the async API: the same
+/// steps, acks and failures as `child_thread` and `journal_call`.
+#[cfg(feature = "tokio")]
+mod async_child {
+    use super::*;
+    use agentwal::AsyncStore;
+    use std::sync::Arc;
+
+    pub fn run(store: Store<Chain>, started: Instant) {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap_or_else(|e| fail_child(&format!("runtime: {e}")));
+        let shared = Arc::new(AtomicU64::new(latest(&store, SHARED_TASK)));
+        let store = AsyncStore::from(store);
+        rt.block_on(async {
+            let writers: Vec<_> = (0..THREADS)
+                .map(|t| tokio::spawn(writer(store.clone(), t, shared.clone(), started)))
+                .collect();
+            for w in writers {
+                if w.await.is_err() {
+                    fail_child("a writer task panicked");
+                }
+            }
+        });
+    }
+
+    async fn writer(
+        store: AsyncStore<Chain>,
+        thread: usize,
+        shared: Arc<AtomicU64>,
+        started: Instant,
+    ) {
+        let tasks = owned_tasks(thread);
+        let mut next: Vec<u64> = tasks
+            .iter()
+            .map(|t| latest(store.blocking(), t) + 1)
+            .collect();
+        loop {
+            if started.elapsed() > CHILD_DEADLINE {
+                fail_child("deadline passed without being killed");
+            }
+            for (task, seq) in tasks.iter().zip(next.iter_mut()) {
+                if (*seq).is_multiple_of(CALL_EVERY) {
+                    journal_call(&store, task, *seq).await;
+                }
+                match store.commit(task, &delta(task, *seq)).await {
+                    Ok(got) if got == *seq => ack(&format!("C {task} {seq}")),
+                    Ok(got) => fail_child(&format!("commit to {task} returned {got}, not {seq}")),
+                    Err(e) => fail_child(&format!("commit {task} {seq}: {e}")),
+                }
+                *seq += 1;
+            }
+            let expected = shared.load(Ordering::SeqCst);
+            let seq = expected + 1;
+            match store
+                .commit_if(SHARED_TASK, expected, &delta(SHARED_TASK, seq))
+                .await
+            {
+                Ok(got) if got == seq => {
+                    ack(&format!("C {SHARED_TASK} {seq}"));
+                    shared.fetch_max(seq, Ordering::SeqCst);
+                }
+                Ok(got) => fail_child(&format!("commit_if returned {got}, not {seq}")),
+                Err(Error::Conflict { actual, .. }) => {
+                    shared.fetch_max(actual, Ordering::SeqCst);
+                }
+                Err(e) => fail_child(&format!("commit_if {SHARED_TASK} {seq}: {e}")),
+            }
+        }
+    }
+
+    async fn journal_call(store: &AsyncStore<Chain>, task: &str, seq: u64) {
+        let id = call_id(seq);
+        match store.call_result(task, &id).await {
+            Ok(Some(_)) => return,
+            Ok(None) => {}
+            Err(e) => fail_child(&format!("call_result {task} {seq}: {e}")),
+        }
+        if let Err(e) = store
+            .begin_call(task, &id, TOOL, &call_args(task, seq))
+            .await
+        {
+            fail_child(&format!("begin_call {task} {seq}: {e}"));
+        }
+        ack(&format!("B {task} {seq}"));
+        if seq.is_multiple_of(2 * CALL_EVERY) {
+            if let Err(e) = store.finish_call(task, &id, &call_result(task, seq)).await {
+                fail_child(&format!("finish_call {task} {seq}: {e}"));
+            }
+            ack(&format!("F {task} {seq}"));
+        }
+    }
+}
+
+#[cfg(not(feature = "tokio"))]
+mod async_child {
+    use super::*;
+
+    pub fn run(_: Store<Chain>, _: Instant) {
+        fail_child("asked for the async API, built without the tokio feature");
+    }
+}
+
 // ---------------------------------------------------------------------------------------
 // The parent
 
@@ -299,7 +414,13 @@ fn kill9_rounds() {
         } else {
             Kill::AfterReady(Duration::from_millis(5 + rng.below(250)))
         };
-        let acks = run_child(&store_dir, keep, plan, &ctx);
+        // Every other round through the async API, where it is built.
+        let asynchronous = cfg!(feature = "tokio") && round % 2 == 1;
+        let ctx = format!(
+            "{ctx} ({} API)",
+            if asynchronous { "async" } else { "blocking" }
+        );
+        let acks = run_child(&store_dir, keep, plan, asynchronous, &ctx);
         totals.add(&acks);
         oracle.check_round(&store_dir, keep, &acks, &ctx);
     }
@@ -353,7 +474,7 @@ impl Drop for KillOnDrop {
     }
 }
 
-fn run_child(dir: &Path, keep: Option<u32>, plan: Kill, ctx: &str) -> Acks {
+fn run_child(dir: &Path, keep: Option<u32>, plan: Kill, asynchronous: bool, ctx: &str) -> Acks {
     let exe = std::env::current_exe().unwrap();
     let mut cmd = Command::new(exe);
     cmd.args(["--exact", "child_writer", "--nocapture", "--test-threads=1"])
@@ -364,6 +485,10 @@ fn run_child(dir: &Path, keep: Option<u32>, plan: Kill, ctx: &str) -> Acks {
     match keep {
         Some(k) => cmd.env(KEEP_ENV, k.to_string()),
         None => cmd.env_remove(KEEP_ENV),
+    };
+    match asynchronous {
+        true => cmd.env(ASYNC_ENV, "1"),
+        false => cmd.env_remove(ASYNC_ENV),
     };
     let spawned = Instant::now();
     let mut child = KillOnDrop(cmd.spawn().unwrap());
