@@ -207,6 +207,20 @@ fn journal_fast_paths_and_fallbacks_answer_like_the_blocking_api() {
             store.call_result("t", "c").await.expect("read"),
             Some(b"r".to_vec())
         );
+        // Failed writes on new tasks leave no slot behind, as blocking ones do.
+        let slots = store.blocking().index_slots();
+        let conflict = store.commit_if("new", 3, &step("new", 1)).await;
+        assert!(
+            matches!(conflict, Err(Error::Conflict { .. })),
+            "{conflict:?}"
+        );
+        let never = store.finish_call("new", "c", b"x").await;
+        assert!(matches!(never, Err(Error::UnknownTask { .. })), "{never:?}");
+        assert_eq!(
+            store.blocking().index_slots(),
+            slots,
+            "a failed write left a slot"
+        );
         let conflict = store.commit_if("t", 5, &step("t", 1)).await;
         assert!(
             matches!(conflict, Err(Error::Conflict { .. })),

@@ -87,10 +87,12 @@ impl<S: State> Store<S> {
         delta: &S::Delta,
         reply: Reply<u64>,
     ) -> Deferred<u64> {
-        let slot = gate.slot().clone();
+        // The slot through the gate only: an extra clone alive when a failed write on a
+        // new task releases the gate would keep its empty slot in the index.
         let planned = codec::with_encoded(delta, |delta_bytes| {
+            let slot = gate.slot();
             let plan =
-                self.plan_commit(task, &slot, expected, delta, delta_bytes, Reads::Refused)?;
+                self.plan_commit(task, slot, expected, delta, delta_bytes, Reads::Refused)?;
             let Some(plan) = plan else { return Ok(None) };
             let payload = codec::encode_checkpoint(&plan.record(task, delta_bytes))?;
             Ok(Some((plan, payload)))
