@@ -99,7 +99,20 @@ def _check_thread_id(thread_id: Any) -> str:
     thread_id = str(thread_id)
     if not thread_id:
         raise ValueError("thread_id is empty")
+    _check_utf8("thread_id", thread_id)
     return thread_id
+
+
+def _check_utf8(what: str, text: str) -> None:
+    """Task names are UTF-8: a str with a lone surrogate gets a clear ValueError here
+    instead of a UnicodeEncodeError from deep inside quoting."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise ValueError(
+            f"{what} {text[:60]!r} is not valid Unicode text (a lone surrogate at "
+            f"position {e.start}): agentwal names its tasks in UTF-8"
+        ) from None
 
 
 def _ns_of(config: Dict[str, Any]) -> str:
@@ -108,6 +121,7 @@ def _ns_of(config: Dict[str, Any]) -> str:
         ns = ""
     if not isinstance(ns, str):
         raise TypeError(f"checkpoint_ns must be a str, got {type(ns).__name__}")
+    _check_utf8("checkpoint_ns", ns)
     return ns
 
 
