@@ -1,0 +1,261 @@
+//! Issue 17's "must show": async commits on a 2-worker tokio runtime against the blocking
+//! API on one OS thread per writer, in one process, side by side.
+//!
+//! - A: 64 tokio tasks on a multi-thread runtime with exactly 2 workers, each committing
+//!   200 agent steps (~1.9 KB delta, `common::step`) to its own task on `AsyncStore`,
+//!   default options (`SyncMode::Always`), a fresh store per rep;
+//! - B: 64 OS threads doing the same on the blocking `Store`;
+//! - C: 1,000 tokio tasks × 20 steps on the same runtime.
+//!
+//! A and B alternate (A B B A A B ...) and the table gives medians of the reps and the
+//! ratio of the medians. A sampler thread (counted) reads `/proc/self/task` every 2 ms
+//! during every run and keeps the peak; B's threads are joined, and its store (with its
+//! compactor thread) is dropped, before the next run starts. The secondary table repeats
+//! A against B with 8 tasks and 1.
+//!
+//! ```text
+//! cargo bench --features tokio --bench async_commit                          # ~1 minute
+//! AGENTWAL_BENCH_QUICK=1 cargo bench --features tokio --bench async_commit   # smoke run
+//! ```
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+mod common;
+
+use agentwal::{AsyncStore, Store};
+use common::step;
+
+fn bench_dir(name: &str) -> tempfile::TempDir {
+    // Under target/ so the figures come from the real disk, not a tmpfs.
+    let base = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/bench-stores");
+    std::fs::create_dir_all(&base).expect("bench dir");
+    tempfile::Builder::new()
+        .prefix(name)
+        .tempdir_in(base)
+        .expect("tempdir")
+}
+
+fn threads_now() -> usize {
+    std::fs::read_dir("/proc/self/task").map_or(0, |d| d.count())
+}
+
+/// Samples the process's thread count until `finish`; the peak includes the sampler.
+struct Sampler {
+    peak: Arc<AtomicUsize>,
+    stop: Arc<AtomicBool>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl Sampler {
+    fn start() -> Self {
+        let (peak, stop) = (
+            Arc::new(AtomicUsize::new(0)),
+            Arc::new(AtomicBool::new(false)),
+        );
+        let thread = {
+            let (peak, stop) = (peak.clone(), stop.clone());
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    peak.fetch_max(threads_now(), Ordering::Relaxed);
+                    std::thread::sleep(Duration::from_millis(2));
+                }
+            })
+        };
+        // Wait for its first sample, so that a short run is sampled at least once.
+        while peak.load(Ordering::Relaxed) == 0 {
+            std::thread::yield_now();
+        }
+        Sampler { peak, stop, thread }
+    }
+
+    fn finish(self) -> usize {
+        // One last sample, taken while everything of the run still exists.
+        self.peak.fetch_max(threads_now(), Ordering::Relaxed);
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread.join().expect("sampler");
+        self.peak.load(Ordering::Relaxed)
+    }
+}
+
+/// One measured run: commits/s and the peak thread count while it ran.
+#[derive(Clone, Copy)]
+struct Run {
+    commits_per_s: f64,
+    peak_threads: usize,
+}
+
+fn run_async(rt: &tokio::runtime::Runtime, tasks: u64, steps: u64) -> Run {
+    let dir = bench_dir("async");
+    // Opened here, not with `AsyncStore::open`: that would start a blocking-pool thread,
+    // which would then idle through the run and count in its threads.
+    let store: AsyncStore = Store::open(dir.path()).expect("open").into();
+    let sampler = Sampler::start();
+    let start = Instant::now();
+    rt.block_on(async {
+        let joins: Vec<_> = (0..tasks)
+            .map(|t| {
+                let store = store.clone();
+                tokio::spawn(async move {
+                    let task = format!("task-{t}");
+                    for i in 1..=steps {
+                        store.commit(&task, &step(t, i)).await.expect("commit");
+                    }
+                })
+            })
+            .collect();
+        for j in joins {
+            j.await.expect("no panic");
+        }
+    });
+    let elapsed = start.elapsed();
+    let peak_threads = sampler.finish();
+    assert_eq!(store.blocking().stats().commits, tasks * steps);
+    Run {
+        commits_per_s: (tasks * steps) as f64 / elapsed.as_secs_f64(),
+        peak_threads,
+    }
+}
+
+fn run_blocking(threads: u64, steps: u64) -> Run {
+    let dir = bench_dir("blocking");
+    let store: Store = Store::open(dir.path()).expect("open");
+    let sampler = Sampler::start();
+    let start = Instant::now();
+    // Scoped: every writer thread is joined before the timing ends.
+    std::thread::scope(|s| {
+        for t in 0..threads {
+            let store = store.clone();
+            s.spawn(move || {
+                let task = format!("task-{t}");
+                for i in 1..=steps {
+                    store.commit(&task, &step(t, i)).expect("commit");
+                }
+            });
+        }
+    });
+    let elapsed = start.elapsed();
+    let peak_threads = sampler.finish();
+    assert_eq!(store.stats().commits, threads * steps);
+    Run {
+        commits_per_s: (threads * steps) as f64 / elapsed.as_secs_f64(),
+        peak_threads,
+    }
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+/// A and B, `reps` each, alternating A B B A A B ...; the medians.
+fn compare(rt: &tokio::runtime::Runtime, tasks: u64, steps: u64, reps: usize) -> (Run, Run) {
+    let (mut a, mut b) = (Vec::new(), Vec::new());
+    for rep in 0..reps {
+        let order = if rep % 2 == 0 {
+            [true, false]
+        } else {
+            [false, true]
+        };
+        for is_async in order {
+            if is_async {
+                a.push(run_async(rt, tasks, steps));
+            } else {
+                b.push(run_blocking(tasks, steps));
+            }
+        }
+    }
+    let rates = |v: &[Run]| v.iter().map(|r| r.commits_per_s).collect::<Vec<_>>();
+    let per_rep = |v: &[Run]| {
+        v.iter()
+            .map(|r| format!("{:.1}k", r.commits_per_s / 1e3))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    eprintln!(
+        "  {tasks} tasks × {steps} steps: A {} | B {}",
+        per_rep(&a),
+        per_rep(&b)
+    );
+    let summary = |v: &[Run]| Run {
+        commits_per_s: median(rates(v)),
+        peak_threads: v.iter().map(|r| r.peak_threads).max().unwrap_or(0),
+    };
+    (summary(&a), summary(&b))
+}
+
+fn main() {
+    if std::env::args().any(|a| a == "--list") {
+        return; // `cargo test --benches` probes with --list
+    }
+    let quick = std::env::var_os("AGENTWAL_BENCH_QUICK").is_some();
+    let (steps, reps, c_tasks, c_steps) = if quick {
+        (20, 2, 1_000, 2)
+    } else {
+        (200, 9, 1_000, 20)
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    // Warm-up, untimed: the disk, the allocator, the runtime's workers.
+    run_async(&rt, 64, steps / 4);
+    run_blocking(64, steps / 4);
+
+    println!(
+        "## async commits on 2 tokio workers (A) against one OS thread per writer (B)\n\n\
+         Default options (`SyncMode::Always`), ~1.9 KB agent steps, a fresh store per rep, \
+         {reps} reps each in alternating order, medians. Peak threads: the most threads \
+         the process had during any rep of the run (sampler thread included).\n"
+    );
+    println!("| run | commits/s (median) | A / B | peak threads |\n|---|---:|---:|---:|");
+    let (a, b) = compare(&rt, 64, steps, reps);
+    println!(
+        "| A: 64 tasks × {steps} steps, AsyncStore, 2 workers | {:.0} | {:.2}× | {} |",
+        a.commits_per_s,
+        a.commits_per_s / b.commits_per_s,
+        a.peak_threads
+    );
+    println!(
+        "| B: 64 threads × {steps} steps, Store | {:.0} | | {} |",
+        b.commits_per_s, b.peak_threads
+    );
+    let c: Vec<Run> = (0..reps.min(5))
+        .map(|_| run_async(&rt, c_tasks, c_steps))
+        .collect();
+    let c_peak = c.iter().map(|r| r.peak_threads).max().unwrap_or(0);
+    let c_rate = median(c.iter().map(|r| r.commits_per_s).collect());
+    println!(
+        "| C: {c_tasks} tasks × {c_steps} steps, AsyncStore, 2 workers ({} reps) | {c_rate:.0} | | {c_peak} |",
+        c.len()
+    );
+    println!();
+    println!(
+        "Targets: A / B ≥ 0.9×: {}; fewer than 8 threads during A: {}; during C: {}.\n",
+        a.commits_per_s / b.commits_per_s >= 0.9,
+        a.peak_threads < 8,
+        c_peak < 8
+    );
+
+    println!("## fewer writers: A against B with 8 tasks and 1\n");
+    println!(
+        "| writers | A commits/s | B commits/s | A / B | A peak threads |\n|---:|---:|---:|---:|---:|"
+    );
+    for tasks in [8, 1] {
+        let (a, b) = compare(&rt, tasks, steps, reps);
+        println!(
+            "| {tasks} | {:.0} | {:.0} | {:.2}× | {} |",
+            a.commits_per_s,
+            b.commits_per_s,
+            a.commits_per_s / b.commits_per_s,
+            a.peak_threads
+        );
+    }
+}
