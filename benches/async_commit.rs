@@ -7,11 +7,14 @@
 //! - B: 64 OS threads doing the same on the blocking `Store`;
 //! - C: 1,000 tokio tasks × 20 steps on the same runtime.
 //!
-//! A and B alternate (A B B A A B ...) and the table gives medians of the reps and the
-//! ratio of the medians. A sampler thread (counted) reads `/proc/self/task` every 2 ms
-//! during every run and keeps the peak; B's threads are joined, and its store (with its
-//! compactor thread) is dropped, before the next run starts. The secondary table repeats
-//! A against B with 8 tasks and 1.
+//! A and B alternate (A B B A A B ...), 15 reps each; the table gives the medians of the
+//! reps, the ratio of the medians and the median of the reps' ratios (a rep's A and B run
+//! back to back, so that figure sees the least of the disk's drift). A sampler thread
+//! (counted) reads `/proc/self/task` every 2 ms during every run and keeps the peak; B's
+//! threads are joined, and its store (with its compactor thread) dropped, before the next
+//! run starts. The per-rep figures go to stderr. A secondary table repeats A against B
+//! with fewer writers: `AGENTWAL_BENCH_WRITERS` (default `8,1`; empty for none);
+//! `AGENTWAL_BENCH_MAIN=0` skips the main table, `AGENTWAL_BENCH_REPS=N` sets the reps.
 //!
 //! ```text
 //! cargo bench --features tokio --bench async_commit                          # ~1 minute
@@ -154,8 +157,15 @@ fn median(mut v: Vec<f64>) -> f64 {
     }
 }
 
-/// A and B, `reps` each, alternating A B B A A B ...; the medians.
-fn compare(rt: &tokio::runtime::Runtime, tasks: u64, steps: u64, reps: usize) -> (Run, Run) {
+/// A against B: the medians of each side, and the median of the per-rep ratios.
+struct Comparison {
+    a: Run,
+    b: Run,
+    pair_ratio: f64,
+}
+
+/// A and B, `reps` each, alternating A B B A A B ...
+fn compare(rt: &tokio::runtime::Runtime, tasks: u64, steps: u64, reps: usize) -> Comparison {
     let (mut a, mut b) = (Vec::new(), Vec::new());
     for rep in 0..reps {
         let order = if rep % 2 == 0 {
@@ -171,7 +181,6 @@ fn compare(rt: &tokio::runtime::Runtime, tasks: u64, steps: u64, reps: usize) ->
             }
         }
     }
-    let rates = |v: &[Run]| v.iter().map(|r| r.commits_per_s).collect::<Vec<_>>();
     let per_rep = |v: &[Run]| {
         v.iter()
             .map(|r| format!("{:.1}k", r.commits_per_s / 1e3))
@@ -184,10 +193,30 @@ fn compare(rt: &tokio::runtime::Runtime, tasks: u64, steps: u64, reps: usize) ->
         per_rep(&b)
     );
     let summary = |v: &[Run]| Run {
-        commits_per_s: median(rates(v)),
+        commits_per_s: median(v.iter().map(|r| r.commits_per_s).collect()),
         peak_threads: v.iter().map(|r| r.peak_threads).max().unwrap_or(0),
     };
-    (summary(&a), summary(&b))
+    // The disk's speed drifts over seconds; a rep's A and B ran back to back.
+    let ratios = a.iter().zip(&b);
+    Comparison {
+        pair_ratio: median(
+            ratios
+                .map(|(a, b)| a.commits_per_s / b.commits_per_s)
+                .collect(),
+        ),
+        a: summary(&a),
+        b: summary(&b),
+    }
+}
+
+fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
+    std::env::var(name)
+        .ok()
+        .map(|v| {
+            v.parse()
+                .unwrap_or_else(|_| panic!("{name}: cannot parse {v:?}"))
+        })
+        .unwrap_or(default)
 }
 
 fn main() {
@@ -198,8 +227,12 @@ fn main() {
     let (steps, reps, c_tasks, c_steps) = if quick {
         (20, 2, 1_000, 2)
     } else {
-        (200, 9, 1_000, 20)
+        (200, 15, 1_000, 20)
     };
+    let reps = env_or("AGENTWAL_BENCH_REPS", reps);
+    // The secondary table's writer counts ("" for none); AGENTWAL_BENCH_MAIN=0 skips A/B/C.
+    let writers: String = env_or("AGENTWAL_BENCH_WRITERS", "8,1".to_string());
+    let main_table = env_or("AGENTWAL_BENCH_MAIN", 1) != 0;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -209,53 +242,67 @@ fn main() {
     run_async(&rt, 64, steps / 4);
     run_blocking(64, steps / 4);
 
-    println!(
-        "## async commits on 2 tokio workers (A) against one OS thread per writer (B)\n\n\
-         Default options (`SyncMode::Always`), ~1.9 KB agent steps, a fresh store per rep, \
-         {reps} reps each in alternating order, medians. Peak threads: the most threads \
-         the process had during any rep of the run (sampler thread included).\n"
-    );
-    println!("| run | commits/s (median) | A / B | peak threads |\n|---|---:|---:|---:|");
-    let (a, b) = compare(&rt, 64, steps, reps);
-    println!(
-        "| A: 64 tasks × {steps} steps, AsyncStore, 2 workers | {:.0} | {:.2}× | {} |",
-        a.commits_per_s,
-        a.commits_per_s / b.commits_per_s,
-        a.peak_threads
-    );
-    println!(
-        "| B: 64 threads × {steps} steps, Store | {:.0} | | {} |",
-        b.commits_per_s, b.peak_threads
-    );
-    let c: Vec<Run> = (0..reps.min(5))
-        .map(|_| run_async(&rt, c_tasks, c_steps))
-        .collect();
-    let c_peak = c.iter().map(|r| r.peak_threads).max().unwrap_or(0);
-    let c_rate = median(c.iter().map(|r| r.commits_per_s).collect());
-    println!(
-        "| C: {c_tasks} tasks × {c_steps} steps, AsyncStore, 2 workers ({} reps) | {c_rate:.0} | | {c_peak} |",
-        c.len()
-    );
-    println!();
-    println!(
-        "Targets: A / B ≥ 0.9×: {}; fewer than 8 threads during A: {}; during C: {}.\n",
-        a.commits_per_s / b.commits_per_s >= 0.9,
-        a.peak_threads < 8,
-        c_peak < 8
-    );
-
-    println!("## fewer writers: A against B with 8 tasks and 1\n");
-    println!(
-        "| writers | A commits/s | B commits/s | A / B | A peak threads |\n|---:|---:|---:|---:|---:|"
-    );
-    for tasks in [8, 1] {
-        let (a, b) = compare(&rt, tasks, steps, reps);
+    if main_table {
         println!(
-            "| {tasks} | {:.0} | {:.0} | {:.2}× | {} |",
-            a.commits_per_s,
-            b.commits_per_s,
-            a.commits_per_s / b.commits_per_s,
-            a.peak_threads
+            "## async commits on 2 tokio workers (A) against one OS thread per writer (B)\n\n\
+             Default options (`SyncMode::Always`), ~1.9 KB agent steps, a fresh store per \
+             rep, {reps} reps each in alternating order. commits/s: the median of the reps; \
+             A / B: the ratio of the medians, and in brackets the median of the reps' \
+             ratios (each rep's A and B ran back to back). Peak threads: the most the \
+             process had during any rep (the sampler thread included).\n"
+        );
+        println!("| run | commits/s | A / B | peak threads |\n|---|---:|---:|---:|");
+        let cmp = compare(&rt, 64, steps, reps);
+        let (a, b) = (cmp.a, cmp.b);
+        let ratio = a.commits_per_s / b.commits_per_s;
+        println!(
+            "| A: 64 tasks × {steps} steps, AsyncStore, 2 workers | {:.0} | {ratio:.2}× ({:.2}×) | {} |",
+            a.commits_per_s, cmp.pair_ratio, a.peak_threads
+        );
+        println!(
+            "| B: 64 threads × {steps} steps, Store | {:.0} | | {} |",
+            b.commits_per_s, b.peak_threads
+        );
+        let c: Vec<Run> = (0..reps.min(5))
+            .map(|_| run_async(&rt, c_tasks, c_steps))
+            .collect();
+        let c_peak = c.iter().map(|r| r.peak_threads).max().unwrap_or(0);
+        let c_rate = median(c.iter().map(|r| r.commits_per_s).collect());
+        println!(
+            "| C: {c_tasks} tasks × {c_steps} steps, AsyncStore, 2 workers ({} reps) | {c_rate:.0} | | {c_peak} |",
+            c.len()
+        );
+        println!();
+        println!(
+            "Targets: A / B ≥ 0.9×: {}; fewer than 8 threads during A: {}; during C: {}.\n",
+            ratio >= 0.9 && cmp.pair_ratio >= 0.9,
+            a.peak_threads < 8,
+            c_peak < 8
+        );
+    }
+
+    let writers: Vec<u64> = writers
+        .split(',')
+        .filter(|w| !w.is_empty())
+        .map(|w| w.trim().parse().expect("AGENTWAL_BENCH_WRITERS: numbers"))
+        .collect();
+    if writers.is_empty() {
+        return;
+    }
+    println!("## fewer writers: A against B\n");
+    println!(
+        "| writers | A commits/s | B commits/s | A / B (median of the reps' ratios) | A peak threads |\n\
+         |---:|---:|---:|---:|---:|"
+    );
+    for tasks in writers {
+        let cmp = compare(&rt, tasks, steps, reps);
+        println!(
+            "| {tasks} | {:.0} | {:.0} | {:.2}× ({:.2}×) | {} |",
+            cmp.a.commits_per_s,
+            cmp.b.commits_per_s,
+            cmp.a.commits_per_s / cmp.b.commits_per_s,
+            cmp.pair_ratio,
+            cmp.a.peak_threads
         );
     }
 }
