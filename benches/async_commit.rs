@@ -14,7 +14,8 @@
 //! threads are joined, and its store (with its compactor thread) dropped, before the next
 //! run starts. The per-rep figures go to stderr. A secondary table repeats A against B
 //! with fewer writers: `AGENTWAL_BENCH_WRITERS` (default `8,1`; empty for none);
-//! `AGENTWAL_BENCH_MAIN=0` skips the main table, `AGENTWAL_BENCH_REPS=N` sets the reps.
+//! `AGENTWAL_BENCH_MAIN=0` skips the main table, `AGENTWAL_BENCH_REPS=N` sets the reps,
+//! `AGENTWAL_BENCH_SYNC=never` measures without fdatasync (the CPU and hand-off costs).
 //!
 //! ```text
 //! cargo bench --features tokio --bench async_commit                          # ~1 minute
@@ -27,7 +28,7 @@ use std::time::{Duration, Instant};
 
 mod common;
 
-use agentwal::{AsyncStore, Store};
+use agentwal::{AsyncStore, Options, Store, SyncMode};
 use common::step;
 
 fn bench_dir(name: &str) -> tempfile::TempDir {
@@ -38,6 +39,21 @@ fn bench_dir(name: &str) -> tempfile::TempDir {
         .prefix(name)
         .tempdir_in(base)
         .expect("tempdir")
+}
+
+/// Default options; `AGENTWAL_BENCH_SYNC=never` (`SyncMode::Never`: no fdatasync) leaves
+/// only the CPU and hand-off costs of a commit, to tell them apart from the disk's.
+fn open_store(dir: &std::path::Path) -> Store {
+    let sync = match std::env::var("AGENTWAL_BENCH_SYNC").as_deref() {
+        Ok("never") => SyncMode::Never,
+        Ok("always") | Err(_) => SyncMode::Always,
+        Ok(other) => panic!("AGENTWAL_BENCH_SYNC: always or never, not {other:?}"),
+    };
+    let options = Options {
+        sync,
+        ..Options::default()
+    };
+    Store::open_with(dir, options).expect("open")
 }
 
 fn threads_now() -> usize {
@@ -93,7 +109,7 @@ fn run_async(rt: &tokio::runtime::Runtime, tasks: u64, steps: u64) -> Run {
     let dir = bench_dir("async");
     // Opened here, not with `AsyncStore::open`: that would start a blocking-pool thread,
     // which would then idle through the run and count in its threads.
-    let store: AsyncStore = Store::open(dir.path()).expect("open").into();
+    let store: AsyncStore = open_store(dir.path()).into();
     let sampler = Sampler::start();
     let start = Instant::now();
     rt.block_on(async {
@@ -123,7 +139,7 @@ fn run_async(rt: &tokio::runtime::Runtime, tasks: u64, steps: u64) -> Run {
 
 fn run_blocking(threads: u64, steps: u64) -> Run {
     let dir = bench_dir("blocking");
-    let store: Store = Store::open(dir.path()).expect("open");
+    let store = open_store(dir.path());
     let sampler = Sampler::start();
     let start = Instant::now();
     // Scoped: every writer thread is joined before the timing ends.
