@@ -50,11 +50,12 @@ async fn main() -> Result<(), BoxError> {
             .await?
             .ok_or("an agent without a checkpoint")?;
         let sent = std::fs::read_to_string(outbox.join(format!("{task}.txt")))?;
-        let lines: Vec<&str> = sent.lines().collect();
+        let mut lines: Vec<&str> = sent.lines().collect();
         effects += lines.len();
-        exactly_once &= latest.seq == STEPS
-            && lines.len() as u64 == STEPS
-            && (1..=STEPS).all(|s| lines.iter().filter(|l| **l == call_id(&task, s)).count() == 1);
+        lines.sort_unstable();
+        let mut expected: Vec<String> = (1..=STEPS).map(|s| call_id(&task, s)).collect();
+        expected.sort_unstable();
+        exactly_once &= latest.seq == STEPS && lines == expected;
     }
     println!(
         "agents: {AGENTS}, steps: {}, side effects: {effects} (exactly once: {exactly_once})",
@@ -82,8 +83,9 @@ async fn run_agent(
         let crash = agent == 0 && crash_at == Some(step - 1);
         let (receipt, from_outbox) = send_once(&store, &task, &id, &reply, &outbox, crash).await?;
         resolved += u64::from(from_outbox);
+        let call = Message::assistant(&reply).with_tool_call(&id, "send_notice", reply.as_str());
         let delta = AgentDelta::default()
-            .message(Message::assistant(&reply).with_tool_call(&id, "send_notice", reply.as_str()))
+            .message(call)
             .message(Message::tool(&id, receipt))
             .set("step", step as i64);
         // Returns once the step is durable; the task waits without holding a thread.
@@ -125,6 +127,7 @@ async fn send_once(
         store.finish_call(task, id, receipt.as_bytes()).await?;
         return Ok((receipt, true));
     }
+    // Pending but not in the outbox: the crash came before the effect, which runs now.
     if !pending {
         store
             .begin_call(task, id, "send_notice", notice.as_bytes())
@@ -151,10 +154,14 @@ fn append_line(path: &Path, line: &str) -> std::io::Result<()> {
         .create(true)
         .append(true)
         .open(path)?;
-    // One write call: a crash leaves the line whole or absent.
+    // A line this short goes out in one write(2): a crash leaves it whole or absent. Not
+    // fsynced: the crash this demo makes is a process crash, which keeps what was written
+    // (a real external system acknowledges durably).
     file.write_all(format!("{line}\n").as_bytes())
 }
 
+/// Asks the "external system" whether a call's effect happened (a real tool would look
+/// the call id up, e.g. as an idempotency key).
 fn already_sent(outbox: &Path, id: &str) -> bool {
     std::fs::read_to_string(outbox).is_ok_and(|s| s.lines().any(|l| l == id))
 }
