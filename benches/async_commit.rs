@@ -98,11 +98,24 @@ impl Sampler {
     }
 }
 
-/// One measured run: commits/s and the peak thread count while it ran.
+/// One measured run: commits/s, the peak thread count while it ran, and how many
+/// records the group commit put in a batch on average.
 #[derive(Clone, Copy)]
 struct Run {
     commits_per_s: f64,
     peak_threads: usize,
+    records_per_batch: f64,
+}
+
+impl Run {
+    fn new(commits: u64, elapsed: Duration, peak_threads: usize, stats: &agentwal::Stats) -> Self {
+        assert_eq!(stats.commits, commits);
+        Run {
+            commits_per_s: commits as f64 / elapsed.as_secs_f64(),
+            peak_threads,
+            records_per_batch: stats.appends as f64 / stats.batches.max(1) as f64,
+        }
+    }
 }
 
 fn run_async(rt: &tokio::runtime::Runtime, tasks: u64, steps: u64) -> Run {
@@ -130,11 +143,12 @@ fn run_async(rt: &tokio::runtime::Runtime, tasks: u64, steps: u64) -> Run {
     });
     let elapsed = start.elapsed();
     let peak_threads = sampler.finish();
-    assert_eq!(store.blocking().stats().commits, tasks * steps);
-    Run {
-        commits_per_s: (tasks * steps) as f64 / elapsed.as_secs_f64(),
+    Run::new(
+        tasks * steps,
+        elapsed,
         peak_threads,
-    }
+        &store.blocking().stats(),
+    )
 }
 
 fn run_blocking(threads: u64, steps: u64) -> Run {
@@ -156,11 +170,7 @@ fn run_blocking(threads: u64, steps: u64) -> Run {
     });
     let elapsed = start.elapsed();
     let peak_threads = sampler.finish();
-    assert_eq!(store.stats().commits, threads * steps);
-    Run {
-        commits_per_s: (threads * steps) as f64 / elapsed.as_secs_f64(),
-        peak_threads,
-    }
+    Run::new(threads * steps, elapsed, peak_threads, &store.stats())
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -211,6 +221,7 @@ fn compare(rt: &tokio::runtime::Runtime, tasks: u64, steps: u64, reps: usize) ->
     let summary = |v: &[Run]| Run {
         commits_per_s: median(v.iter().map(|r| r.commits_per_s).collect()),
         peak_threads: v.iter().map(|r| r.peak_threads).max().unwrap_or(0),
+        records_per_batch: median(v.iter().map(|r| r.records_per_batch).collect()),
     };
     // The disk's speed drifts over seconds; a rep's A and B ran back to back.
     let ratios = a.iter().zip(&b);
@@ -265,27 +276,32 @@ fn main() {
              rep, {reps} reps each in alternating order. commits/s: the median of the reps; \
              A / B: the ratio of the medians, and in brackets the median of the reps' \
              ratios (each rep's A and B ran back to back). Peak threads: the most the \
-             process had during any rep (the sampler thread included).\n"
+             process had during any rep (the sampler thread included). Records per \
+             batch: appends / batches from `stats()`, median of the reps.\n"
         );
-        println!("| run | commits/s | A / B | peak threads |\n|---|---:|---:|---:|");
+        println!(
+            "| run | commits/s | A / B | peak threads | records per batch |\n\
+             |---|---:|---:|---:|---:|"
+        );
         let cmp = compare(&rt, 64, steps, reps);
         let (a, b) = (cmp.a, cmp.b);
         let ratio = a.commits_per_s / b.commits_per_s;
         println!(
-            "| A: 64 tasks × {steps} steps, AsyncStore, 2 workers | {:.0} | {ratio:.2}× ({:.2}×) | {} |",
-            a.commits_per_s, cmp.pair_ratio, a.peak_threads
+            "| A: 64 tasks × {steps} steps, AsyncStore, 2 workers | {:.0} | {ratio:.2}× ({:.2}×) | {} | {:.1} |",
+            a.commits_per_s, cmp.pair_ratio, a.peak_threads, a.records_per_batch
         );
         println!(
-            "| B: 64 threads × {steps} steps, Store | {:.0} | | {} |",
-            b.commits_per_s, b.peak_threads
+            "| B: 64 threads × {steps} steps, Store | {:.0} | | {} | {:.1} |",
+            b.commits_per_s, b.peak_threads, b.records_per_batch
         );
         let c: Vec<Run> = (0..reps.min(5))
             .map(|_| run_async(&rt, c_tasks, c_steps))
             .collect();
         let c_peak = c.iter().map(|r| r.peak_threads).max().unwrap_or(0);
         let c_rate = median(c.iter().map(|r| r.commits_per_s).collect());
+        let c_batch = median(c.iter().map(|r| r.records_per_batch).collect());
         println!(
-            "| C: {c_tasks} tasks × {c_steps} steps, AsyncStore, 2 workers ({} reps) | {c_rate:.0} | | {c_peak} |",
+            "| C: {c_tasks} tasks × {c_steps} steps, AsyncStore, 2 workers ({} reps) | {c_rate:.0} | | {c_peak} | {c_batch:.1} |",
             c.len()
         );
         println!();
