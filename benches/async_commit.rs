@@ -12,13 +12,14 @@
 //! back to back, so that figure sees the least of the disk's drift). A sampler thread
 //! (counted) reads `/proc/self/task` every 2 ms during every run and keeps the peak; B's
 //! threads are joined, and its store (with its compactor thread) dropped, before the next
-//! run starts. The per-rep figures go to stderr. A secondary table repeats A against B
+//! run starts. The main table also gives records per batch (appends / batches from
+//! `stats()`). The per-rep figures go to stderr. A secondary table repeats A against B
 //! with fewer writers: `AGENTWAL_BENCH_WRITERS` (default `8,1`; empty for none);
 //! `AGENTWAL_BENCH_MAIN=0` skips the main table, `AGENTWAL_BENCH_REPS=N` sets the reps,
 //! `AGENTWAL_BENCH_SYNC=never` measures without fdatasync (the CPU and hand-off costs).
 //!
 //! ```text
-//! cargo bench --features tokio --bench async_commit                          # ~1 minute
+//! cargo bench --features tokio --bench async_commit                          # 15-30 s
 //! AGENTWAL_BENCH_QUICK=1 cargo bench --features tokio --bench async_commit   # smoke run
 //! ```
 
