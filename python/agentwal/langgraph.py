@@ -278,8 +278,12 @@ class AgentwalSaver(BaseCheckpointSaver[str]):
         else:
             stripes = sorted({hash(t) % _STRIPES for t in tasks})
         stack = ExitStack()
-        for i in stripes:
-            stack.enter_context(self._locks[i])
+        try:
+            for i in stripes:
+                stack.enter_context(self._locks[i])
+        except BaseException:  # e.g. KeyboardInterrupt while waiting: release what was taken
+            stack.close()
+            raise
         return stack
 
     def _task(self, task: str) -> _TaskIndex:
