@@ -5,7 +5,7 @@
 # that installs and imports too. Fails on the first error. .ci/run runs it.
 # Uses target/pyenv (scripts/test-python.sh's venv) when it has the pinned maturin, else
 # makes target/pkgenv with it. The sdist's build compiles the extension from scratch, in
-# release (about 35 s on 2 cores; the whole script took 43 s).
+# release (20-37 s on 2 shared cores; the whole script: 26-43 s).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
