@@ -27,7 +27,8 @@ import json
 import os
 import random
 import threading
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple, Union
 from urllib.parse import quote, unquote
@@ -62,6 +63,9 @@ _WRITE = "w:"
 # A list channel's blob in the prefix form: [_LIST, base version or None, [[type, bytes]...]]:
 # the items of the blob (channel, base) followed by these items (each serialized alone).
 _LIST = "agentwal.list"
+# Locks striped over task names: operations on one task are serialized, those on different
+# tasks (mostly) run concurrently, so that their commits share fsyncs.
+_STRIPES = 512
 
 
 def _task_name(thread_id: str, checkpoint_ns: str) -> str:
@@ -186,12 +190,19 @@ class _TaskIndex:
         return out
 
     def apply(self, sets: Dict[str, Any]) -> None:
+        # The JSON of the blob and write keys, parsed in one call (a task read from the
+        # store applies thousands of keys).
+        keys = iter(json.loads("[" + ",".join(
+            key[len(_BLOB) :] if key.startswith(_BLOB) else key[len(_WRITE) :]
+            for key in sets
+            if key.startswith(_BLOB) or key.startswith(_WRITE)
+        ) + "]"))
         for key, value in sets.items():
             if key.startswith(_CP):
                 c, m, parent = value
                 self.cps[key[len(_CP) :]] = _Entry((c[0], c[1]), (m[0], m[1]), parent)
             elif key.startswith(_BLOB):
-                channel, version = json.loads(key[len(_BLOB) :])
+                channel, version = next(keys)
                 if (channel, version) in self.blobs:  # overwritten: a memo may be stale
                     self.resolved.clear()
                 if value[0] == _LIST:
@@ -200,7 +211,7 @@ class _TaskIndex:
                 else:
                     self.blobs[(channel, version)] = (value[0], value[1])
             elif key.startswith(_WRITE):
-                cid, task_id, idx = json.loads(key[len(_WRITE) :])
+                cid, task_id, idx = next(keys)
                 wtask, channel, typ, data, path = value
                 self.writes.setdefault(cid, {})[(task_id, idx)] = (
                     wtask,
@@ -222,7 +233,9 @@ class AgentwalSaver(BaseCheckpointSaver[str]):
     Durability is the store's: with ``sync="always"`` (the default) a checkpoint or write is
     on disk when ``put``/``put_writes`` return. The async methods run the sync ones in a
     worker thread (``asyncio.to_thread``) so that an fsync never blocks the event loop; the
-    store releases the GIL while it writes. One lock serializes the saver's operations.
+    store releases the GIL while it writes. The saver's operations on one thread and namespace
+    are serialized (a lock per task, striped); those on different threads run concurrently,
+    so their commits share fsyncs (group commit).
     """
 
     def __init__(
@@ -248,14 +261,14 @@ class AgentwalSaver(BaseCheckpointSaver[str]):
             raise TypeError(
                 f"store must be an agentwal.Store or a path, got {type(store).__name__}"
             )
-        self._lock = threading.RLock()
+        self._locks = tuple(threading.RLock() for _ in range(_STRIPES))
         self._index: Dict[str, _TaskIndex] = {}
 
     # -- lifecycle ---------------------------------------------------------------------
 
     def close(self) -> None:
         """Closes the store if the saver opened it (a no-op for a store passed in)."""
-        with self._lock:
+        with self._locked(None):
             self._index.clear()
             if self._owns_store:
                 self.store.close()
@@ -269,6 +282,23 @@ class AgentwalSaver(BaseCheckpointSaver[str]):
         self.close()
 
     # -- internals ---------------------------------------------------------------------
+
+    def _locked(self, tasks: Optional[Iterable[str]]) -> ExitStack:
+        """Holds the locks of ``tasks`` (all of them if None) until the block ends. The public
+        methods take their tasks' locks once, up front, in stripe order (no deadlock); the
+        helpers below take none."""
+        if tasks is None:
+            stripes: Iterable[int] = range(_STRIPES)
+        else:
+            stripes = sorted({hash(t) % _STRIPES for t in tasks})
+        stack = ExitStack()
+        try:
+            for i in stripes:
+                stack.enter_context(self._locks[i])
+        except BaseException:  # e.g. KeyboardInterrupt while waiting: release what was taken
+            stack.close()
+            raise
+        return stack
 
     def _task(self, task: str) -> _TaskIndex:
         idx = self._index.get(task)
@@ -357,7 +387,7 @@ class AgentwalSaver(BaseCheckpointSaver[str]):
         thread_id = _thread_id_of(config)
         ns = _ns_of(config)
         task = _task_name(thread_id, ns)
-        with self._lock:
+        with self._locked([task]):
             idx = self._task(task)
             cid = get_checkpoint_id(config)
             if cid:
@@ -395,18 +425,18 @@ class AgentwalSaver(BaseCheckpointSaver[str]):
         limit: Optional[int],
     ) -> List[CheckpointTuple]:
         before_id = get_checkpoint_id(before) if before else None
-        with self._lock:
-            if config is None:
-                tasks = self._saver_tasks()
-                want_id = None
+        if config is None:
+            tasks = self._saver_tasks()
+            want_id = None
+        else:
+            thread_id = _thread_id_of(config)
+            want_id = get_checkpoint_id(config)
+            if config["configurable"].get("checkpoint_ns") is not None:
+                ns = _ns_of(config)
+                tasks = [(_task_name(thread_id, ns), thread_id, ns)]
             else:
-                thread_id = _thread_id_of(config)
-                want_id = get_checkpoint_id(config)
-                if config["configurable"].get("checkpoint_ns") is not None:
-                    ns = _ns_of(config)
-                    tasks = [(_task_name(thread_id, ns), thread_id, ns)]
-                else:
-                    tasks = [t for t in self._saver_tasks() if t[1] == thread_id]
+                tasks = [t for t in self._saver_tasks() if t[1] == thread_id]
+        with self._locked(t[0] for t in tasks):
             candidates = []
             for task, thread_id, ns in tasks:
                 idx = self._task(task)
@@ -447,7 +477,7 @@ class AgentwalSaver(BaseCheckpointSaver[str]):
         ct, cb = self.serde.dumps_typed(c)
         mt, mb = self.serde.dumps_typed(get_checkpoint_metadata(config, metadata))
         task = _task_name(thread_id, ns)
-        with self._lock:
+        with self._locked([task]):
             idx = self._task(task)
             parent_versions: Optional[Dict[str, Any]] = None
             sets: Dict[str, Any] = {}
@@ -480,10 +510,13 @@ class AgentwalSaver(BaseCheckpointSaver[str]):
                          or (channel, version) not in idx.bases(channel, pv))
                 ):
                     prev = idx.items(channel, pv)
-                    if prev is not None and len(prev) <= len(items):
-                        if all(prev[i] == items[i] for i in range(len(prev))):
-                            base = pv
-                            items = items[len(prev) :]
+                    if (
+                        prev is not None
+                        and len(prev) <= len(items)
+                        and prev == tuple(items[: len(prev)])
+                    ):
+                        base = pv
+                        items = items[len(prev) :]
                 sets[key] = [_LIST, base, [list(i) for i in items]]
             sets[_CP + cid] = [[ct, cb], [mt, mb], parent]
             self._commit(task, sets)
@@ -507,7 +540,7 @@ class AgentwalSaver(BaseCheckpointSaver[str]):
         if not isinstance(task_id, str):
             raise TypeError(f"task_id must be a str, got {type(task_id).__name__}")
         task = _task_name(thread_id, ns)
-        with self._lock:
+        with self._locked([task]):
             existing = self._task(task).writes.get(cid, {})
             sets: Dict[str, Any] = {}
             for i, (channel, value) in enumerate(writes):
@@ -529,8 +562,9 @@ class AgentwalSaver(BaseCheckpointSaver[str]):
         """Deletes every checkpoint, blob and write of ``thread_id``, in every namespace (one
         agentwal task each; the space is reclaimed by compaction)."""
         thread_id = _check_thread_id(thread_id)
-        with self._lock:
-            for task, tid, _ in self._saver_tasks():
+        tasks = [t for t in self._saver_tasks() if t[1] == thread_id]
+        with self._locked(t[0] for t in tasks):
+            for task, tid, _ in tasks:
                 if tid == thread_id:
                     self.store.delete_task(task)
                     self._index.pop(task, None)
@@ -544,7 +578,7 @@ class AgentwalSaver(BaseCheckpointSaver[str]):
         dst = _check_thread_id(target_thread_id)
         if src == dst:
             raise ValueError("copy_thread: source and target are the same thread")
-        with self._lock:
+        with self._locked(None):  # all tasks: the check and the forks are one step
             tasks = self._saver_tasks()
             if any(tid == dst for _, tid, _ in tasks):
                 raise ValueError(f"copy_thread: target thread {dst!r} already has checkpoints")
@@ -567,7 +601,7 @@ class AgentwalSaver(BaseCheckpointSaver[str]):
         runs = set(run_ids)
         if not runs:
             return
-        with self._lock:
+        with self._locked(None):
             for task, _, _ in self._saver_tasks():
                 idx = self._task(task)
                 doomed = [
@@ -590,7 +624,7 @@ class AgentwalSaver(BaseCheckpointSaver[str]):
         threads = {_check_thread_id(t) for t in thread_ids}
         if not threads:
             return
-        with self._lock:
+        with self._locked(None):
             for task, tid, _ in self._saver_tasks():
                 if tid not in threads:
                     continue
