@@ -3,7 +3,7 @@
 mod backend;
 mod cache;
 mod calls;
-mod codec;
+pub(crate) mod codec;
 mod commit;
 mod compaction;
 mod delete;
@@ -12,6 +12,7 @@ mod index;
 mod inspect;
 mod load;
 mod open;
+pub(crate) mod policy;
 mod replay;
 mod salvage;
 mod stats;
