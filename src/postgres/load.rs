@@ -15,19 +15,23 @@ use crate::store::{
 };
 
 /// A task's row, as a write or a load finds it.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub(super) struct TaskRow {
     pub latest_seq: u64,
     pub latest_created_at_ms: u64,
     pub counters: SnapshotCounters,
     /// Its oldest stored checkpoint (retention deletes below the fold base; 0: none).
     pub first_seq: u64,
+    /// The schema versions of the last snapshot and the deltas since (of the records the
+    /// latest state folds from).
+    pub versions: Vec<i32>,
 }
 
 /// The columns `TaskRow::from_row` reads, in its order.
 pub(super) const TASK_COLUMNS: &str = "latest_seq, latest_created_at_ms, snapshot_bytes, \
      deltas_since_snapshot, delta_bytes_since_snapshot, \
-     (SELECT coalesce(min(c.seq), 0) FROM checkpoints c WHERE c.task = t.task)";
+     (SELECT coalesce(min(c.seq), 0) FROM checkpoints c WHERE c.task = t.task), \
+     versions_since_snapshot";
 
 impl TaskRow {
     pub fn from_row(row: &Row) -> Self {
@@ -41,7 +45,15 @@ impl TaskRow {
                 delta_bytes_since_snapshot: u(4),
             },
             first_seq: u(5),
+            versions: row.get(6),
         }
+    }
+
+    /// Whether the latest state folds from a record of another schema version than
+    /// `version` (then a commit rebuilds it through the migration hooks and writes it as a
+    /// snapshot, as on a local store, §7.6).
+    pub fn foreign_schema(&self, version: u32) -> bool {
+        self.versions.iter().any(|v| *v as u32 != version)
     }
 
     /// Oldest seq retention serves (as the local store's `retained_from`, §7.7).

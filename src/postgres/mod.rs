@@ -128,6 +128,15 @@ impl<S: State> Clone for PgStore<S> {
     }
 }
 
+impl<S: State> std::fmt::Debug for PgStore<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PgStore")
+            .field("schema", &self.shared.options.schema)
+            .field("lease", &self.lease.as_deref())
+            .finish_non_exhaustive()
+    }
+}
+
 impl<S: State> PgStore<S> {
     /// Connects to the database at `url` (a `postgresql://` URL or libpq key-value words,
     /// e.g. `host=/tmp/pg user=postgres dbname=postgres`), creates or migrates the schema,

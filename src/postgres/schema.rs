@@ -14,14 +14,16 @@ pub(crate) const SCHEMA_VERSION: i32 = 1;
 /// The statements taking the schema from version `i` to `i + 1`.
 const MIGRATIONS: &[&[&str]] = &[&[
     // One row per task that has a checkpoint or a tool call: the snapshot policy's
-    // counters, and the row every write of the task locks first.
+    // counters, the schema versions of the records its latest state folds from (§7.6),
+    // and the row every write of the task locks first.
     "CREATE TABLE IF NOT EXISTS tasks (
         task bytea PRIMARY KEY,
         latest_seq bigint NOT NULL,
         latest_created_at_ms bigint NOT NULL,
         snapshot_bytes bigint NOT NULL,
         deltas_since_snapshot integer NOT NULL,
-        delta_bytes_since_snapshot bigint NOT NULL
+        delta_bytes_since_snapshot bigint NOT NULL,
+        versions_since_snapshot integer[] NOT NULL
     )",
     // A checkpoint's body is the postcard encoding of the delta or the state, exactly as
     // in a local store's record; `origin_*` only on seq 1 of a fork.

@@ -46,8 +46,8 @@ async fn lock_or_create_task(tx: &Transaction<'_>, task: &str) -> Attempt<TaskRo
     // A concurrent creator's row wins the insert; the select then waits for it and locks it.
     tx.execute(
         "INSERT INTO tasks (task, latest_seq, latest_created_at_ms, snapshot_bytes,
-             deltas_since_snapshot, delta_bytes_since_snapshot)
-         VALUES ($1, 0, 0, 0, 0, 0) ON CONFLICT (task) DO NOTHING",
+             deltas_since_snapshot, delta_bytes_since_snapshot, versions_since_snapshot)
+         VALUES ($1, 0, 0, 0, 0, 0, '{}') ON CONFLICT (task) DO NOTHING",
         &[&task.as_bytes()],
     )
     .await?;
@@ -71,7 +71,7 @@ async fn insert_checkpoint(
     tx: &Transaction<'_>,
     id: &str,
     task: &str,
-    before: SnapshotCounters,
+    before: &TaskRow,
     cp: &NewCheckpoint<'_>,
 ) -> Attempt<()> {
     let (origin_task, origin_seq) = match cp.origin {
@@ -95,20 +95,33 @@ async fn insert_checkpoint(
         ],
     )
     .await?;
-    let after = match cp.snapshot {
-        true => SnapshotCounters {
-            snapshot_bytes: cp.body.len() as u64,
-            ..SnapshotCounters::default()
-        },
-        false => SnapshotCounters {
-            deltas_since_snapshot: before.deltas_since_snapshot + 1,
-            delta_bytes_since_snapshot: before.delta_bytes_since_snapshot + cp.body.len() as u64,
-            ..before
-        },
+    let version = cp.schema_version as i32;
+    let (after, versions) = match cp.snapshot {
+        true => {
+            let counters = SnapshotCounters {
+                snapshot_bytes: cp.body.len() as u64,
+                ..SnapshotCounters::default()
+            };
+            (counters, vec![version])
+        }
+        false => {
+            let c = before.counters;
+            let counters = SnapshotCounters {
+                deltas_since_snapshot: c.deltas_since_snapshot + 1,
+                delta_bytes_since_snapshot: c.delta_bytes_since_snapshot + cp.body.len() as u64,
+                ..c
+            };
+            let mut versions = before.versions.clone();
+            if !versions.contains(&version) {
+                versions.push(version);
+            }
+            (counters, versions)
+        }
     };
     tx.execute(
         "UPDATE tasks SET latest_seq = $2, latest_created_at_ms = $3, snapshot_bytes = $4,
-             deltas_since_snapshot = $5, delta_bytes_since_snapshot = $6
+             deltas_since_snapshot = $5, delta_bytes_since_snapshot = $6,
+             versions_since_snapshot = $7
          WHERE task = $1",
         &[
             &task.as_bytes(),
@@ -117,6 +130,7 @@ async fn insert_checkpoint(
             &(after.snapshot_bytes as i64),
             &(after.deltas_since_snapshot as i32),
             &(after.delta_bytes_since_snapshot as i64),
+            &versions,
         ],
     )
     .await?;
@@ -164,7 +178,10 @@ async fn commit_attempt(
             actual: latest,
         }));
     }
-    let due = snapshot_due(row.counters, delta.len() as u64, snapshot_every);
+    // A history written under another schema version is rebuilt (through the migration
+    // hooks, refusing the commit if it cannot be read) and snapshotted first (§7.6).
+    let due = snapshot_due(row.counters, delta.len() as u64, snapshot_every)
+        || row.foreign_schema(version);
     let body = match (due, prepared) {
         (false, _) => None,
         (true, Some(p)) if p.base == latest => Some(p.bytes.as_slice()),
@@ -184,7 +201,7 @@ async fn commit_attempt(
         body: body.unwrap_or(delta),
         origin: None,
     };
-    insert_checkpoint(&tx, id, task, row.counters, &cp).await?;
+    insert_checkpoint(&tx, id, task, &row, &cp).await?;
     prune(&tx, task, seq, keep).await?;
     tx.commit().await?;
     Ok(Committed::Seq(seq))
@@ -300,7 +317,7 @@ impl<S: State> PgStore<S> {
                     body: &body,
                     origin: Some((task, seq)),
                 };
-                insert_checkpoint(&tx, id, new_task, row.counters, &cp).await?;
+                insert_checkpoint(&tx, id, new_task, &row, &cp).await?;
                 tx.commit().await?;
                 Ok(1)
             },
