@@ -129,3 +129,41 @@ fn resolve_declares_an_unknown_write_not_landed_for_good() {
         Resolution::NotLanded
     );
 }
+
+#[test]
+fn tables_of_another_program_are_an_error_not_a_panic() {
+    // A schema that already holds a `tasks` table of another shape: the migration's
+    // `CREATE TABLE IF NOT EXISTS` leaves it, and agentwal must then refuse, not panic.
+    let schema = common::pg::fresh_schema("foreign_tables");
+    let bin = std::env::var("AGENTWAL_PG_BIN").expect("AGENTWAL_PG_BIN (set by pg-cluster.sh)");
+    let sql = format!(
+        "CREATE SCHEMA {schema}; CREATE TABLE {schema}.tasks (task bytea PRIMARY KEY, latest_seq text,
+             latest_created_at_ms text, snapshot_bytes text, deltas_since_snapshot text,
+             delta_bytes_since_snapshot text, versions_since_snapshot text);
+         INSERT INTO {schema}.tasks VALUES ('\\x74', 'one', '0', '0', '0', '0', '{{}}')"
+    );
+    let status = std::process::Command::new("runuser")
+        .args(["-u", "postgres", "--"])
+        .arg(format!("{bin}/psql"))
+        .args([
+            "-q",
+            "-v",
+            "ON_ERROR_STOP=1",
+            "-h",
+            &common::pg::host(),
+            "-d",
+            "postgres",
+            "-c",
+            &sql,
+        ])
+        .status()
+        .expect("run psql");
+    assert!(status.success(), "psql failed");
+    let store: PgStore = open(&schema);
+    let r = store.commit("t", &agentwal::AgentDelta::default());
+    assert!(matches!(r, Err(Error::Postgres { .. })), "{r:?}");
+    assert!(matches!(
+        store.load_latest("t"),
+        Err(Error::Postgres { .. })
+    ));
+}

@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 use tokio::time::{Instant, sleep, timeout_at};
-use tokio_postgres::{Client, Config, NoTls};
+use tokio_postgres::types::FromSql;
+use tokio_postgres::{Client, Config, NoTls, Row};
 
 use super::PgOptions;
 use crate::error::{Error, Result};
@@ -60,6 +61,27 @@ pub(super) fn pg_error(context: &str, e: &tokio_postgres::Error) -> Error {
     Error::Postgres {
         context: context.to_string(),
         message,
+    }
+}
+
+/// Reading a row's columns without panicking.
+pub(super) trait RowExt {
+    /// Column `idx` as `T`. A column of another type means the tables are not the ones
+    /// this build created (another program's tables under the same schema): an error,
+    /// never a panic.
+    fn col<'a, T: FromSql<'a>>(&'a self, idx: usize) -> Attempt<T>;
+}
+
+impl RowExt for Row {
+    fn col<'a, T: FromSql<'a>>(&'a self, idx: usize) -> Attempt<T> {
+        self.try_get(idx).map_err(|e| {
+            Fail::Api(Error::Postgres {
+                context: "reading a row".into(),
+                message: format!(
+                    "column {idx} does not hold what agentwal writes ({e}); are these agentwal's tables (PgOptions::schema)?"
+                ),
+            })
+        })
     }
 }
 

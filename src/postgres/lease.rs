@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::PgStore;
-use super::conn::{Attempt, Fail};
+use super::conn::{Attempt, Fail, RowExt};
 use crate::error::{Error, Result};
 use crate::state::State;
 use crate::store::{TASK_ID_BYTES_MAX, validate_id};
@@ -68,7 +68,7 @@ impl<S: State> PgStore<S> {
                 return Ok(Lease {
                     task: task.to_string(),
                     holder: holder.to_string(),
-                    epoch: row.get::<_, i64>(0) as u64,
+                    epoch: row.col::<i64>(0)? as u64,
                 });
             }
             let held = c
@@ -81,9 +81,9 @@ impl<S: State> PgStore<S> {
                 .await?;
             Err(Fail::Api(Error::LeaseHeld {
                 task: task.to_string(),
-                holder: held.get(0),
-                epoch: held.get::<_, i64>(1) as u64,
-                expires_in_ms: held.get::<_, i64>(2) as u64,
+                holder: held.col(0)?,
+                epoch: held.col::<i64>(1)? as u64,
+                expires_in_ms: held.col::<i64>(2)? as u64,
             }))
         })
     }
@@ -143,9 +143,13 @@ async fn fenced(c: &tokio_postgres::Client, lease: &Lease) -> Attempt<Error> {
             &[&lease.task.as_bytes()],
         )
         .await?;
+    let current_epoch = match row {
+        Some(r) => r.col::<i64>(0)? as u64,
+        None => 0,
+    };
     Ok(Error::Fenced {
         task: lease.task.clone(),
         epoch: Some(lease.epoch),
-        current_epoch: row.map_or(0, |r| r.get::<_, i64>(0) as u64),
+        current_epoch,
     })
 }

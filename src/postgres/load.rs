@@ -6,7 +6,7 @@ use std::sync::Arc;
 use tokio_postgres::{Client, GenericClient, IsolationLevel, Row};
 
 use super::PgStore;
-use super::conn::{Attempt, Fail};
+use super::conn::{Attempt, Fail, RowExt};
 use crate::error::{Error, Result};
 use crate::state::State;
 use crate::store::policy::SnapshotCounters;
@@ -34,19 +34,19 @@ pub(super) const TASK_COLUMNS: &str = "latest_seq, latest_created_at_ms, snapsho
      versions_since_snapshot";
 
 impl TaskRow {
-    pub fn from_row(row: &Row) -> Self {
-        let u = |i: usize| row.get::<_, i64>(i) as u64;
-        TaskRow {
-            latest_seq: u(0),
-            latest_created_at_ms: u(1),
+    pub fn from_row(row: &Row) -> Attempt<Self> {
+        let u = |i: usize| row.col::<i64>(i).map(|v| v as u64);
+        Ok(TaskRow {
+            latest_seq: u(0)?,
+            latest_created_at_ms: u(1)?,
             counters: SnapshotCounters {
-                snapshot_bytes: u(2),
-                deltas_since_snapshot: row.get::<_, i32>(3) as u32,
-                delta_bytes_since_snapshot: u(4),
+                snapshot_bytes: u(2)?,
+                deltas_since_snapshot: row.col::<i32>(3)? as u32,
+                delta_bytes_since_snapshot: u(4)?,
             },
-            first_seq: u(5),
-            versions: row.get(6),
-        }
+            first_seq: u(5)?,
+            versions: row.col(6)?,
+        })
     }
 
     /// Whether the latest state folds from a record of another schema version than
@@ -67,7 +67,7 @@ impl TaskRow {
 pub(super) async fn task_row(c: &impl GenericClient, task: &str) -> Attempt<Option<TaskRow>> {
     let sql = format!("SELECT {TASK_COLUMNS} FROM tasks t WHERE task = $1");
     let row = c.query_opt(&sql, &[&task.as_bytes()]).await?;
-    Ok(row.as_ref().map(TaskRow::from_row))
+    row.as_ref().map(TaskRow::from_row).transpose()
 }
 
 /// An error for stored rows that contradict each other (never a state built from them).
@@ -104,15 +104,15 @@ pub(super) async fn fold<S: State>(
         ));
     };
     for (expected, row) in (first..).zip(&rows) {
-        let found = row.get::<_, i64>(0) as u64;
-        let snapshot: bool = row.get(1);
+        let found = row.col::<i64>(0)? as u64;
+        let snapshot: bool = row.col(1)?;
         if found != expected || (expected == first && !snapshot && first != 1) {
             let why = format!("seq {found} where {expected} was expected, folding to {seq}");
             return Err(inconsistent(task, why));
         }
-        let version = row.get::<_, i32>(2) as u32;
-        let body: &[u8] = row.get(3);
-        created_at_ms = row.get::<_, i64>(4) as u64;
+        let version = row.col::<i32>(2)? as u32;
+        let body: &[u8] = row.col(3)?;
+        created_at_ms = row.col::<i64>(4)? as u64;
         let bad = |e: postcard::Error| {
             Fail::Api(Error::Postgres {
                 context: format!(
@@ -234,7 +234,7 @@ impl<S: State> PgStore<S> {
             let rows = c.query("SELECT task FROM tasks", &[]).await?;
             let mut ids = rows
                 .iter()
-                .map(|r| utf8("task id", r.get::<_, Vec<u8>>(0)))
+                .map(|r| utf8("task id", r.col(0)?))
                 .collect::<Attempt<Vec<String>>>()?;
             ids.sort_unstable();
             Ok(ids)
@@ -253,7 +253,10 @@ impl<S: State> PgStore<S> {
                     &[&task.as_bytes(), &call_id.as_bytes()],
                 )
                 .await?;
-            Ok(row.and_then(|r| r.get::<_, Option<Vec<u8>>>(0)))
+            match row {
+                Some(r) => r.col::<Option<Vec<u8>>>(0),
+                None => Ok(None),
+            }
         })
     }
 
@@ -272,9 +275,9 @@ impl<S: State> PgStore<S> {
             rows.iter()
                 .map(|r| {
                     Ok(PendingCall {
-                        call_id: utf8("call id", r.get(0))?,
-                        tool: utf8("tool name", r.get(1))?,
-                        args: r.get(2),
+                        call_id: utf8("call id", r.col(0)?)?,
+                        tool: utf8("tool name", r.col(1)?)?,
+                        args: r.col(2)?,
                     })
                 })
                 .collect()
@@ -292,18 +295,18 @@ fn checkpoint<S>(task: &str, seq: u64, created_at_ms: u64, state: S) -> Checkpoi
 }
 
 fn checkpoint_info(r: &Row) -> Attempt<CheckpointInfo> {
-    let seq = r.get::<_, i64>(0) as u64;
-    let origin_task: Option<Vec<u8>> = r.get(4);
-    let origin_seq: Option<i64> = r.get(5);
+    let seq = r.col::<i64>(0)? as u64;
+    let origin_task: Option<Vec<u8>> = r.col(4)?;
+    let origin_seq: Option<i64> = r.col(5)?;
     let forked_from = match (seq, origin_task, origin_seq) {
         (1, Some(t), Some(s)) => Some((utf8("origin task id", t)?, s as u64)),
         _ => None,
     };
     Ok(CheckpointInfo {
         seq,
-        created_at_ms: r.get::<_, i64>(1) as u64,
-        bytes: r.get::<_, i32>(2) as u64,
-        snapshot: r.get(3),
+        created_at_ms: r.col::<i64>(1)? as u64,
+        bytes: r.col::<i32>(2)? as u64,
+        snapshot: r.col(3)?,
         forked_from,
     })
 }

@@ -3,7 +3,7 @@
 use tokio_postgres::Client;
 
 use super::PgStore;
-use super::conn::Attempt;
+use super::conn::{Attempt, RowExt};
 use crate::error::Result;
 use crate::state::State;
 
@@ -32,9 +32,9 @@ pub(super) async fn resolve_on(c: &mut Client, id: &str) -> Attempt<Resolution> 
     let row = c
         .query_one("SELECT landed, seq FROM writes WHERE write_id = $1", &[&id])
         .await?;
-    Ok(match row.get::<_, bool>(0) {
+    Ok(match row.col::<bool>(0)? {
         true => Resolution::Landed {
-            seq: row.get::<_, Option<i64>>(1).map(|s| s as u64),
+            seq: row.col::<Option<i64>>(1)?.map(|s| s as u64),
         },
         false => Resolution::NotLanded,
     })

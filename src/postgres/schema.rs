@@ -5,7 +5,7 @@
 
 use tokio_postgres::Client;
 
-use super::conn::{Attempt, Fail};
+use super::conn::{Attempt, Fail, RowExt};
 use crate::error::Error;
 
 /// The schema version this build writes and reads.
@@ -99,7 +99,7 @@ async fn migrate_locked(c: &mut Client, schema: &str) -> Attempt<()> {
     let found: i32 = c
         .query_one("SELECT version FROM schema_version WHERE id = 1", &[])
         .await?
-        .get(0);
+        .col(0)?;
     if found > SCHEMA_VERSION {
         return Err(Fail::Api(Error::Postgres {
             context: "checking the schema version".into(),

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use tokio::time::{Instant, sleep, timeout_at};
 use tokio_postgres::{Client, Transaction};
 
-use super::conn::{Attempt, Fail, RETRY_PAUSE, Shared, deadline_error, definite, pg_error};
+use super::conn::{Attempt, Fail, RETRY_PAUSE, RowExt, Shared, deadline_error, definite, pg_error};
 use super::resolve::{Resolution, resolve_on};
 use crate::error::{Error, Result};
 
@@ -138,9 +138,10 @@ pub(super) async fn check_fence(
             &[&task.as_bytes()],
         )
         .await?;
-    let current = row
-        .as_ref()
-        .map(|r| (r.get::<_, i64>(0) as u64, r.get::<_, bool>(1)));
+    let current = match row {
+        Some(r) => Some((r.col::<i64>(0)? as u64, r.col::<bool>(1)?)),
+        None => None,
+    };
     let ok = match (current, epoch) {
         (None, None) => true,
         (Some((_, live)), None) => !live,

@@ -5,7 +5,7 @@
 use tokio_postgres::{Client, Transaction};
 
 use super::PgStore;
-use super::conn::{Attempt, Fail};
+use super::conn::{Attempt, Fail, RowExt};
 use super::load::{TASK_COLUMNS, TaskRow, fold, task_row};
 use super::write::{check_fence, record_write};
 use crate::error::{Error, Result};
@@ -34,7 +34,7 @@ struct Prepared {
 async fn lock_task(tx: &Transaction<'_>, task: &str) -> Attempt<Option<TaskRow>> {
     let sql = format!("SELECT {TASK_COLUMNS} FROM tasks t WHERE task = $1 FOR UPDATE");
     let row = tx.query_opt(&sql, &[&task.as_bytes()]).await?;
-    Ok(row.as_ref().map(TaskRow::from_row))
+    row.as_ref().map(TaskRow::from_row).transpose()
 }
 
 /// Locks the task's row for the rest of the transaction, creating it (empty) first if it
@@ -53,7 +53,7 @@ async fn lock_or_create_task(tx: &Transaction<'_>, task: &str) -> Attempt<TaskRo
     .await?;
     let sql = format!("SELECT {TASK_COLUMNS} FROM tasks t WHERE task = $1 FOR UPDATE");
     let row = tx.query_one(&sql, &[&task.as_bytes()]).await?;
-    Ok(TaskRow::from_row(&row))
+    TaskRow::from_row(&row)
 }
 
 /// The columns one new checkpoint sets.
@@ -372,12 +372,12 @@ impl<S: State> PgStore<S> {
                     )
                     .await?;
                 if let Some(row) = existing {
-                    if row.get::<_, bool>(2) {
+                    if row.col::<bool>(2)? {
                         return Err(Fail::Api(Error::InvalidArgument(format!(
                             "call {call_id:?} of task {task:?} already finished; read it with call_result"
                         ))));
                     }
-                    if row.get::<_, &[u8]>(0) != tool.as_bytes() || row.get::<_, &[u8]>(1) != args
+                    if row.col::<&[u8]>(0)? != tool.as_bytes() || row.col::<&[u8]>(1)? != args
                     {
                         return Err(Fail::Api(Error::InvalidArgument(format!(
                             "call {call_id:?} of task {task:?} already began with another tool or arguments"
@@ -429,7 +429,7 @@ impl<S: State> PgStore<S> {
                         "call {call_id:?} of task {task:?} was never begun; call begin_call first"
                     ))));
                 };
-                match row.get::<_, Option<&[u8]>>(0) {
+                match row.col::<Option<&[u8]>>(0)? {
                     Some(previous) if previous == result => {}
                     Some(_) => {
                         return Err(Fail::Api(Error::InvalidArgument(format!(
