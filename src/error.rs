@@ -185,6 +185,72 @@ pub enum Error {
         /// The decoder's message.
         reason: String,
     },
+    /// The PostgreSQL backend: the server answered with an error, or could not be reached
+    /// before anything was sent. Nothing of the call landed. What to do: read `message`;
+    /// a connection failure can be retried once the server is back, anything else is a
+    /// bug or a misconfiguration to fix first.
+    #[error("PostgreSQL error while {context}: {message}")]
+    Postgres {
+        /// What agentwal was doing.
+        context: String,
+        /// The server's or the client's message.
+        message: String,
+    },
+
+    /// The PostgreSQL backend: a write whose outcome is unknown. It was sent, and then the
+    /// connection dropped or the call's deadline passed; resolving it (looking for its
+    /// write id on a fresh connection) did not finish within the deadline either. It may
+    /// have landed or not, and it is now settled one way or the other only once the server
+    /// answers. What to do: call `PgStore::resolve(write_id)` once the server is
+    /// reachable; it says which (and makes sure a write still in flight can no longer
+    /// land). Do not simply retry a `commit`: if the first one landed, a retry commits the
+    /// delta twice.
+    #[error(
+        "the outcome of write {write_id} on task {task:?} is unknown ({cause}); resolve it with PgStore::resolve once the server answers"
+    )]
+    Indeterminate {
+        /// The task written.
+        task: String,
+        /// The write's id, to give to `PgStore::resolve`.
+        write_id: String,
+        /// What cut the write short.
+        cause: String,
+    },
+
+    /// The PostgreSQL backend: the task's lease belongs to another worker. Either this
+    /// handle's lease was taken over (its epoch is no longer the task's), or it writes
+    /// without a lease to a task another worker holds a live lease on. Nothing of the call
+    /// landed, and no later write under the old epoch ever will. What to do: stop working
+    /// on the task (another worker owns it now); to work on it again, `acquire` a new
+    /// lease and reload its state first.
+    #[error(
+        "task {task:?} is fenced: this writer's lease epoch is {epoch:?}, the task's is {current_epoch}; stop working on it, or acquire a new lease and reload"
+    )]
+    Fenced {
+        /// The task.
+        task: String,
+        /// The epoch this writer wrote under (`None`: it held no lease).
+        epoch: Option<u64>,
+        /// The task's current lease epoch.
+        current_epoch: u64,
+    },
+
+    /// The PostgreSQL backend: `acquire` found a live lease on the task held by someone.
+    /// What to do: work on another task, or try again after `expires_in_ms` (the holder
+    /// may renew it).
+    #[error(
+        "task {task:?} is leased by {holder:?} (epoch {epoch}) for another {expires_in_ms} ms; try another task or wait"
+    )]
+    LeaseHeld {
+        /// The task.
+        task: String,
+        /// The holder's name as it acquired the lease.
+        holder: String,
+        /// The lease's epoch.
+        epoch: u64,
+        /// How long until it expires, by the server's clock, in milliseconds.
+        expires_in_ms: u64,
+    },
 }
 
 /// Why a path is not an agentwal store ([`Error::NotAStore`]).

@@ -11,9 +11,12 @@ pub mod async_store;
 mod background;
 pub mod error;
 pub mod log;
+#[cfg(feature = "postgres")]
+pub mod postgres;
 mod state;
 pub mod storage;
 mod store;
+mod task_store;
 mod value;
 
 #[cfg(feature = "tokio")]
@@ -28,6 +31,7 @@ pub use store::{
     SNAPSHOT_EVERY_DEFAULT, Stats, Store, TASK_ID_BYTES_MAX, TOOL_NAME_BYTES_MAX, TaskInfo,
     UndecodedBodies, VerifyReport, describe_record,
 };
+pub use task_store::TaskStore;
 pub use value::{NotJson, Value};
 
 /// Runs the README's Rust examples as doctests, so the README cannot drift from the API.

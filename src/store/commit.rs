@@ -197,11 +197,13 @@ impl<S: State> Store<S> {
     /// deltas, a cold load reads at most about 3 times the state), and after at most
     /// `snapshot_every` deltas whatever their size (bounds the records a cold load folds).
     pub(super) fn snapshot_due(&self, data: &TaskData, next_delta_bytes: usize) -> bool {
-        let count_due = data.deltas_since_snapshot + 1 >= self.inner.options.snapshot_every;
-        let delta_bytes = data.delta_bytes_since_snapshot + next_delta_bytes as u64;
-        let outweighed =
-            (data.snapshot_bytes * SNAPSHOT_DELTA_RATIO).max(SNAPSHOT_DELTA_BYTES_FLOOR);
-        count_due || delta_bytes > outweighed
+        let counters = policy::SnapshotCounters {
+            snapshot_bytes: data.snapshot_bytes,
+            deltas_since_snapshot: data.deltas_since_snapshot,
+            delta_bytes_since_snapshot: data.delta_bytes_since_snapshot,
+        };
+        let every = self.inner.options.snapshot_every;
+        policy::snapshot_due(counters, next_delta_bytes as u64, every)
     }
 
     /// Appends a record and applies it to the index, as replay would.

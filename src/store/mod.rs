@@ -3,7 +3,7 @@
 mod backend;
 mod cache;
 mod calls;
-mod codec;
+pub(crate) mod codec;
 mod commit;
 mod compaction;
 mod deferred;
@@ -14,6 +14,7 @@ mod index;
 mod inspect;
 mod load;
 mod open;
+pub(crate) mod policy;
 mod replay;
 mod salvage;
 mod stats;

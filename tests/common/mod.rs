@@ -4,6 +4,8 @@
 #![allow(dead_code)]
 
 pub mod env;
+#[cfg(feature = "postgres")]
+pub mod pg;
 pub mod rng;
 pub mod sim_workload;
 pub mod states;

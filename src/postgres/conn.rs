@@ -1,0 +1,213 @@
+//! Connections: the runtime the handle owns, a small pool, deadlines on every call, and
+//! which failures leave a call's outcome known.
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use tokio::time::{Instant, sleep, timeout_at};
+use tokio_postgres::types::FromSql;
+use tokio_postgres::{Client, Config, NoTls, Row};
+
+use super::PgOptions;
+use crate::error::{Error, Result};
+
+/// Pause between attempts after a connection failure (a server restarting, a stale pooled
+/// connection), so that a retry loop does not spin until its deadline.
+pub(super) const RETRY_PAUSE: Duration = Duration::from_millis(50);
+
+/// Why one attempt at a call failed.
+pub(super) enum Fail {
+    /// An answer of the API (a conflict, a fenced writer, an unknown task): final, and
+    /// whatever transaction the attempt had open was rolled back.
+    Api(Error),
+    /// The client or the server failed; `definite` tells whether the outcome is known.
+    Db(tokio_postgres::Error),
+}
+
+impl From<tokio_postgres::Error> for Fail {
+    fn from(e: tokio_postgres::Error) -> Self {
+        Fail::Db(e)
+    }
+}
+
+impl From<Error> for Fail {
+    fn from(e: Error) -> Self {
+        Fail::Api(e)
+    }
+}
+
+/// Result of one attempt.
+pub(super) type Attempt<T> = std::result::Result<T, Fail>;
+
+/// Whether a failed statement certainly did not commit: the server answered with an error
+/// about the statement itself. Not so for a dropped connection, nor for the errors a server
+/// sends while it shuts down or crashes (classes 08, 57, 58, 53 and XX): a backend told to
+/// quit may already have made its COMMIT durable.
+pub(super) fn definite(e: &tokio_postgres::Error) -> bool {
+    let Some(db) = e.as_db_error() else {
+        return false;
+    };
+    let class = &db.code().code()[..2];
+    !matches!(class, "08" | "57" | "58" | "53" | "XX")
+}
+
+/// An `Error::Postgres` for `e`, met while doing `context`.
+pub(super) fn pg_error(context: &str, e: &tokio_postgres::Error) -> Error {
+    let message = match e.as_db_error() {
+        Some(db) => format!("{} (SQLSTATE {})", db.message(), db.code().code()),
+        None => e.to_string(),
+    };
+    Error::Postgres {
+        context: context.to_string(),
+        message,
+    }
+}
+
+/// Reading a row's columns without panicking.
+pub(super) trait RowExt {
+    /// Column `idx` as `T`. A column of another type means the tables are not the ones
+    /// this build created (another program's tables under the same schema): an error,
+    /// never a panic.
+    fn col<'a, T: FromSql<'a>>(&'a self, idx: usize) -> Attempt<T>;
+}
+
+impl RowExt for Row {
+    fn col<'a, T: FromSql<'a>>(&'a self, idx: usize) -> Attempt<T> {
+        self.try_get(idx).map_err(|e| {
+            Fail::Api(Error::Postgres {
+                context: "reading a row".into(),
+                message: format!(
+                    "column {idx} does not hold what agentwal writes ({e}); are these agentwal's tables (PgOptions::schema)?"
+                ),
+            })
+        })
+    }
+}
+
+/// What every clone of a `PgStore` shares.
+pub(super) struct Shared {
+    pub options: PgOptions,
+    config: Config,
+    /// Idle connections, most recently used last.
+    idle: Mutex<Vec<Client>>,
+    /// Drives the connections; calls block on it from the caller's thread. Declared last,
+    /// so the clients above close before it shuts down.
+    rt: tokio::runtime::Runtime,
+}
+
+impl Shared {
+    pub fn new(url: &str, options: PgOptions) -> Result<Self> {
+        let mut config = Config::from_str(url).map_err(|e| {
+            Error::InvalidArgument(format!(
+                "cannot parse the PostgreSQL address {url:?}: {e}; give a postgresql:// URL or key=value words"
+            ))
+        })?;
+        // A client that stopped mid-transaction (frozen, partitioned) must not hold its
+        // task's row locks for ever: the server ends such a session after twice the deadline.
+        let idle_ms = options.deadline.as_millis().saturating_mul(2).max(1000);
+        config
+            .options(format!(
+                "-c search_path={} -c idle_in_transaction_session_timeout={idle_ms}",
+                options.schema
+            ))
+            .application_name("agentwal")
+            .connect_timeout(options.deadline);
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("agentwal-pg")
+            .enable_io()
+            .enable_time()
+            .build()
+            .map_err(|e| Error::io("starting the PostgreSQL client's runtime", e))?;
+        Ok(Shared {
+            options,
+            config,
+            idle: Mutex::new(Vec::new()),
+            rt,
+        })
+    }
+
+    /// Runs `f` to completion on the handle's runtime.
+    pub fn block_on<F: Future>(&self, f: F) -> F::Output {
+        self.rt.block_on(f)
+    }
+
+    /// A connection: an idle one that is still open, or a new one.
+    pub async fn get(&self) -> Attempt<Client> {
+        loop {
+            let Some(client) = self.idle.lock().pop() else {
+                break;
+            };
+            if !client.is_closed() {
+                return Ok(client);
+            }
+        }
+        let (client, connection) = self.config.connect(NoTls).await?;
+        tokio::spawn(async move {
+            if let Err(e) = connection.await {
+                tracing::debug!("PostgreSQL connection ended: {e}");
+            }
+        });
+        Ok(client)
+    }
+
+    /// Gives a connection back after a call that ended cleanly (its transaction committed
+    /// or rolled back); one that failed is dropped instead, and with it its session.
+    pub fn put(&self, client: Client) {
+        let mut idle = self.idle.lock();
+        if !client.is_closed() && idle.len() < self.options.pool_idle_max {
+            idle.push(client);
+        }
+    }
+
+    /// The instant a call starting now must end by.
+    pub fn deadline(&self) -> Instant {
+        Instant::now() + self.options.deadline
+    }
+
+    /// Runs a call that writes nothing a caller could lose (a read, a lease operation, a
+    /// migration): retried on fresh connections after connection failures until the
+    /// deadline; then `Error::Postgres`.
+    pub fn run_read<T>(
+        &self,
+        context: &str,
+        f: impl AsyncFn(&mut Client) -> Attempt<T>,
+    ) -> Result<T> {
+        let deadline = self.deadline();
+        self.block_on(async {
+            let mut last = String::from("no attempt finished");
+            loop {
+                let attempt = async {
+                    let mut client = self.get().await?;
+                    let out = f(&mut client).await;
+                    if !matches!(out, Err(Fail::Db(_))) {
+                        self.put(client);
+                    }
+                    out
+                };
+                match timeout_at(deadline, attempt).await {
+                    Ok(Ok(v)) => return Ok(v),
+                    Ok(Err(Fail::Api(e))) => return Err(e),
+                    Ok(Err(Fail::Db(e))) if definite(&e) => return Err(pg_error(context, &e)),
+                    Ok(Err(Fail::Db(e))) => last = e.to_string(),
+                    Err(_) => return Err(deadline_error(context, &self.options, &last)),
+                }
+                if timeout_at(deadline, sleep(RETRY_PAUSE)).await.is_err() {
+                    return Err(deadline_error(context, &self.options, &last));
+                }
+            }
+        })
+    }
+}
+
+/// The error of a call whose deadline passed with nothing written.
+pub(super) fn deadline_error(context: &str, options: &PgOptions, last: &str) -> Error {
+    Error::Postgres {
+        context: context.to_string(),
+        message: format!(
+            "no answer within the deadline of {} ms (last failure: {last})",
+            options.deadline.as_millis()
+        ),
+    }
+}

@@ -1,0 +1,322 @@
+//! Reads: a task's row, retention, and loads that read one snapshot and the deltas after
+//! it and fold them exactly as the local store does (DESIGN.md §7.13.2).
+
+use std::sync::Arc;
+
+use tokio_postgres::{Client, GenericClient, IsolationLevel, Row};
+
+use super::PgStore;
+use super::conn::{Attempt, Fail, RowExt};
+use crate::error::{Error, Result};
+use crate::state::State;
+use crate::store::policy::SnapshotCounters;
+use crate::store::{
+    CALL_ID_BYTES_MAX, Checkpoint, CheckpointInfo, PendingCall, TASK_ID_BYTES_MAX, validate_id,
+};
+
+/// A task's row, as a write or a load finds it.
+#[derive(Debug, Clone)]
+pub(super) struct TaskRow {
+    pub latest_seq: u64,
+    pub latest_created_at_ms: u64,
+    pub counters: SnapshotCounters,
+    /// Its oldest stored checkpoint (retention deletes below the fold base; 0: none).
+    pub first_seq: u64,
+    /// The schema versions of the last snapshot and the deltas since (of the records the
+    /// latest state folds from).
+    pub versions: Vec<i32>,
+}
+
+/// The columns `TaskRow::from_row` reads, in its order.
+pub(super) const TASK_COLUMNS: &str = "latest_seq, latest_created_at_ms, snapshot_bytes, \
+     deltas_since_snapshot, delta_bytes_since_snapshot, \
+     (SELECT coalesce(min(c.seq), 0) FROM checkpoints c WHERE c.task = t.task), \
+     versions_since_snapshot";
+
+impl TaskRow {
+    pub fn from_row(row: &Row) -> Attempt<Self> {
+        let u = |i: usize| row.col::<i64>(i).map(|v| v as u64);
+        Ok(TaskRow {
+            latest_seq: u(0)?,
+            latest_created_at_ms: u(1)?,
+            counters: SnapshotCounters {
+                snapshot_bytes: u(2)?,
+                deltas_since_snapshot: row.col::<i32>(3)? as u32,
+                delta_bytes_since_snapshot: u(4)?,
+            },
+            first_seq: u(5)?,
+            versions: row.col(6)?,
+        })
+    }
+
+    /// Whether the latest state folds from a record of another schema version than
+    /// `version` (then a commit rebuilds it through the migration hooks and writes it as a
+    /// snapshot, as on a local store, §7.6).
+    pub fn foreign_schema(&self, version: u32) -> bool {
+        self.versions.iter().any(|v| *v as u32 != version)
+    }
+
+    /// Oldest seq retention serves (as the local store's `retained_from`, §7.7).
+    pub fn retained_from(&self, keep: Option<u32>) -> u64 {
+        let by_count = keep.map_or(0, |n| (self.latest_seq + 1).saturating_sub(u64::from(n)));
+        self.first_seq.max(by_count).max(1).min(self.latest_seq)
+    }
+}
+
+/// The task's row, or `None` if the task does not exist.
+pub(super) async fn task_row(c: &impl GenericClient, task: &str) -> Attempt<Option<TaskRow>> {
+    let sql = format!("SELECT {TASK_COLUMNS} FROM tasks t WHERE task = $1");
+    let row = c.query_opt(&sql, &[&task.as_bytes()]).await?;
+    row.as_ref().map(TaskRow::from_row).transpose()
+}
+
+/// An error for stored rows that contradict each other (never a state built from them).
+pub(super) fn inconsistent(task: &str, why: String) -> Fail {
+    Fail::Api(Error::Postgres {
+        context: format!("reading the checkpoints of task {task:?}"),
+        message: format!("the stored checkpoints are inconsistent: {why}"),
+    })
+}
+
+/// The state of `task` at `seq`, folded from the newest snapshot at or before it and the
+/// deltas after it; and the checkpoint's `created_at_ms`.
+pub(super) async fn fold<S: State>(
+    c: &impl GenericClient,
+    task: &str,
+    seq: u64,
+) -> Attempt<(S, u64)> {
+    let rows = c
+        .query(
+            "SELECT seq, snapshot, schema_version, body, created_at_ms FROM checkpoints
+             WHERE task = $1 AND seq <= $2 AND seq >= coalesce(
+                 (SELECT max(seq) FROM checkpoints WHERE task = $1 AND seq <= $2 AND snapshot), 0)
+             ORDER BY seq",
+            &[&task.as_bytes(), &(seq as i64)],
+        )
+        .await?;
+    let mut state = S::default();
+    let mut created_at_ms = 0;
+    let first = (seq + 1).checked_sub(rows.len() as u64).filter(|f| *f >= 1);
+    let Some(first) = first else {
+        return Err(inconsistent(
+            task,
+            format!("{} rows up to seq {seq}", rows.len()),
+        ));
+    };
+    for (expected, row) in (first..).zip(&rows) {
+        let found = row.col::<i64>(0)? as u64;
+        let snapshot: bool = row.col(1)?;
+        if found != expected || (expected == first && !snapshot && first != 1) {
+            let why = format!("seq {found} where {expected} was expected, folding to {seq}");
+            return Err(inconsistent(task, why));
+        }
+        let version = row.col::<i32>(2)? as u32;
+        let body: &[u8] = row.col(3)?;
+        created_at_ms = row.col::<i64>(4)? as u64;
+        let bad = |e: postcard::Error| {
+            Fail::Api(Error::Postgres {
+                context: format!(
+                    "decoding checkpoint {found} of task {task:?} (schema version {version})"
+                ),
+                message: format!("its body does not decode as this program's state type: {e}"),
+            })
+        };
+        match (snapshot, version == S::VERSION) {
+            (true, true) => state = postcard::from_bytes(body).map_err(bad)?,
+            (true, false) => state = S::migrate_state(version, body)?,
+            (false, true) => state.apply(&postcard::from_bytes(body).map_err(bad)?),
+            (false, false) => state.apply(&S::migrate_delta(version, body)?),
+        }
+    }
+    Ok((state, created_at_ms))
+}
+
+/// Starts a read-only transaction that sees one snapshot of the database.
+async fn read_tx(c: &mut Client) -> Attempt<tokio_postgres::Transaction<'_>> {
+    Ok(c.build_transaction()
+        .isolation_level(IsolationLevel::RepeatableRead)
+        .read_only(true)
+        .start()
+        .await?)
+}
+
+impl<S: State> PgStore<S> {
+    /// The task's newest checkpoint, or `None` if it has none (see
+    /// [`Store::load_latest`](crate::Store::load_latest)).
+    pub fn load_latest(&self, task: &str) -> Result<Option<Checkpoint<S>>> {
+        validate_id("task id", task, TASK_ID_BYTES_MAX)?;
+        self.shared.run_read("loading a checkpoint", async |c| {
+            let tx = read_tx(c).await?;
+            let Some(row) = task_row(&tx, task).await? else {
+                return Ok(None);
+            };
+            if row.latest_seq == 0 {
+                return Ok(None);
+            }
+            let (state, created_at_ms) = fold::<S>(&tx, task, row.latest_seq).await?;
+            tx.commit().await?;
+            Ok(Some(checkpoint(task, row.latest_seq, created_at_ms, state)))
+        })
+    }
+
+    /// The task's state exactly as of checkpoint `seq` (see
+    /// [`Store::load`](crate::Store::load)).
+    pub fn load(&self, task: &str, seq: u64) -> Result<Option<Checkpoint<S>>> {
+        validate_id("task id", task, TASK_ID_BYTES_MAX)?;
+        let keep = self.shared.options.keep_checkpoints;
+        self.shared.run_read("loading a checkpoint", async |c| {
+            let tx = read_tx(c).await?;
+            let Some(row) = task_row(&tx, task).await? else {
+                return Ok(None);
+            };
+            if seq == 0 || seq > row.latest_seq {
+                return Err(Fail::Api(Error::UnknownSeq {
+                    task: task.to_string(),
+                    seq,
+                    latest: row.latest_seq,
+                }));
+            }
+            if seq < row.retained_from(keep) {
+                return Ok(None);
+            }
+            let (state, created_at_ms) = fold::<S>(&tx, task, seq).await?;
+            tx.commit().await?;
+            Ok(Some(checkpoint(task, seq, created_at_ms, state)))
+        })
+    }
+
+    /// The newest retained checkpoint whose state passes `accept` (see
+    /// [`Store::load_latest_matching`](crate::Store::load_latest_matching)).
+    pub fn load_latest_matching(
+        &self,
+        task: &str,
+        accept: impl Fn(&S) -> bool,
+    ) -> Result<Option<Checkpoint<S>>> {
+        for info in self.list_checkpoints(task)?.iter().rev() {
+            if let Some(cp) = self.load(task, info.seq)?
+                && accept(&cp.state)
+            {
+                return Ok(Some(cp));
+            }
+        }
+        Ok(None)
+    }
+
+    /// The task's retained checkpoints, oldest first (see
+    /// [`Store::list_checkpoints`](crate::Store::list_checkpoints)). `bytes` is the
+    /// stored body's size.
+    pub fn list_checkpoints(&self, task: &str) -> Result<Vec<CheckpointInfo>> {
+        validate_id("task id", task, TASK_ID_BYTES_MAX)?;
+        let keep = self.shared.options.keep_checkpoints;
+        self.shared.run_read("listing checkpoints", async |c| {
+            let tx = read_tx(c).await?;
+            let Some(row) = task_row(&tx, task).await? else {
+                return Ok(Vec::new());
+            };
+            if row.latest_seq == 0 {
+                return Ok(Vec::new());
+            }
+            let rows = tx
+                .query(
+                    "SELECT seq, created_at_ms, octet_length(body), snapshot, origin_task, origin_seq
+                     FROM checkpoints WHERE task = $1 AND seq >= $2 ORDER BY seq",
+                    &[&task.as_bytes(), &(row.retained_from(keep) as i64)],
+                )
+                .await?;
+            tx.commit().await?;
+            rows.iter().map(checkpoint_info).collect()
+        })
+    }
+
+    /// Ids of all tasks, sorted (see [`Store::tasks`](crate::Store::tasks)).
+    pub fn tasks(&self) -> Result<Vec<String>> {
+        self.shared.run_read("listing tasks", async |c| {
+            let rows = c.query("SELECT task FROM tasks", &[]).await?;
+            let mut ids = rows
+                .iter()
+                .map(|r| utf8("task id", r.col(0)?))
+                .collect::<Attempt<Vec<String>>>()?;
+            ids.sort_unstable();
+            Ok(ids)
+        })
+    }
+
+    /// The recorded result of a finished call (see
+    /// [`Store::call_result`](crate::Store::call_result)).
+    pub fn call_result(&self, task: &str, call_id: &str) -> Result<Option<Vec<u8>>> {
+        validate_id("task id", task, TASK_ID_BYTES_MAX)?;
+        validate_id("call id", call_id, CALL_ID_BYTES_MAX)?;
+        self.shared.run_read("reading a call's result", async |c| {
+            let row = c
+                .query_opt(
+                    "SELECT result FROM calls WHERE task = $1 AND call_id = $2",
+                    &[&task.as_bytes(), &call_id.as_bytes()],
+                )
+                .await?;
+            match row {
+                Some(r) => r.col::<Option<Vec<u8>>>(0),
+                None => Ok(None),
+            }
+        })
+    }
+
+    /// Calls of the task that began and never finished, in the order they began (see
+    /// [`Store::pending_calls`](crate::Store::pending_calls)).
+    pub fn pending_calls(&self, task: &str) -> Result<Vec<PendingCall>> {
+        validate_id("task id", task, TASK_ID_BYTES_MAX)?;
+        self.shared.run_read("listing pending calls", async |c| {
+            let rows = c
+                .query(
+                    "SELECT call_id, tool, args FROM calls
+                     WHERE task = $1 AND result IS NULL ORDER BY begun",
+                    &[&task.as_bytes()],
+                )
+                .await?;
+            rows.iter()
+                .map(|r| {
+                    Ok(PendingCall {
+                        call_id: utf8("call id", r.col(0)?)?,
+                        tool: utf8("tool name", r.col(1)?)?,
+                        args: r.col(2)?,
+                    })
+                })
+                .collect()
+        })
+    }
+}
+
+fn checkpoint<S>(task: &str, seq: u64, created_at_ms: u64, state: S) -> Checkpoint<S> {
+    Checkpoint {
+        task: task.to_string(),
+        seq,
+        created_at_ms,
+        state: Arc::new(state),
+    }
+}
+
+fn checkpoint_info(r: &Row) -> Attempt<CheckpointInfo> {
+    let seq = r.col::<i64>(0)? as u64;
+    let origin_task: Option<Vec<u8>> = r.col(4)?;
+    let origin_seq: Option<i64> = r.col(5)?;
+    let forked_from = match (seq, origin_task, origin_seq) {
+        (1, Some(t), Some(s)) => Some((utf8("origin task id", t)?, s as u64)),
+        _ => None,
+    };
+    Ok(CheckpointInfo {
+        seq,
+        created_at_ms: r.col::<i64>(1)? as u64,
+        bytes: r.col::<i32>(2)? as u64,
+        snapshot: r.col(3)?,
+        forked_from,
+    })
+}
+
+/// An id stored as bytes, as the `String` it was written from.
+pub(super) fn utf8(what: &str, bytes: Vec<u8>) -> Attempt<String> {
+    String::from_utf8(bytes).map_err(|e| {
+        Fail::Api(Error::Postgres {
+            context: format!("reading a {what}"),
+            message: format!("a stored {what} is not UTF-8: {e}"),
+        })
+    })
+}

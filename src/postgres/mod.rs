@@ -1,0 +1,170 @@
+//! The PostgreSQL backend (feature `postgres`): the store's API on a PostgreSQL database
+//! shared by many worker hosts, with task leases, fencing and resolved unknown outcomes.
+//! DESIGN.md §7.13 gives the schema, the write transaction, the lease protocol and why a
+//! fenced writer can never land a write.
+//!
+//! [`PgStore`] serves [`TaskStore`](crate::TaskStore) with the local store's rules (the
+//! same encoding of states and deltas, the same snapshot policy, the same fold, the same
+//! ids and limits); what only a shared database has is on `PgStore` itself: [`PgStore::acquire`],
+//! [`PgStore::renew`], [`PgStore::release`], [`PgStore::with_lease`] and
+//! [`PgStore::resolve`].
+//!
+//! The API is blocking, like [`Store`](crate::Store)'s: every call runs on a small tokio
+//! runtime the handle owns and returns within [`PgOptions::deadline`]. Call it from plain
+//! threads (from async code, through `spawn_blocking`).
+
+mod api;
+mod conn;
+mod lease;
+mod load;
+mod resolve;
+mod schema;
+mod write;
+mod writes;
+
+use std::marker::PhantomData;
+use std::sync::Arc;
+use std::time::Duration;
+
+pub use lease::{HOLDER_BYTES_MAX, LEASE_TTL_MAX, Lease};
+pub use resolve::Resolution;
+
+use crate::error::{Error, Result};
+use crate::state::{AgentState, State};
+use crate::store::SNAPSHOT_EVERY_DEFAULT;
+
+/// Default for [`PgOptions::deadline`].
+pub const DEADLINE_DEFAULT: Duration = Duration::from_secs(10);
+/// Default for [`PgOptions::pool_idle_max`].
+pub const POOL_IDLE_MAX_DEFAULT: usize = 8;
+/// Default for [`PgOptions::schema`].
+pub const SCHEMA_DEFAULT: &str = "agentwal";
+/// Longest schema (namespace) name PostgreSQL accepts, in bytes.
+pub const SCHEMA_NAME_BYTES_MAX: usize = 63;
+
+/// How a [`PgStore`] connects and behaves. Every field is public; start from `default()`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PgOptions {
+    /// Every call returns within this time (default 10 s): with its result, with
+    /// `Error::Postgres` when nothing landed, or with `Error::Indeterminate` when a write
+    /// was sent and its outcome could not be learnt in time.
+    pub deadline: Duration,
+    /// Idle connections kept for reuse (default 8). More connections open on demand, one
+    /// per concurrent call, and close when the call ends beyond this many.
+    pub pool_idle_max: usize,
+    /// The PostgreSQL schema (namespace) holding the tables (default `agentwal`; letters,
+    /// digits and `_`, starting with a letter or `_`, at most 63 bytes). Several stores can
+    /// share one database under different schemas.
+    pub schema: String,
+    /// At most this many deltas between a task's full snapshots (default 1024; ≥ 1), as
+    /// [`Options::snapshot_every`](crate::Options::snapshot_every).
+    pub snapshot_every: u32,
+    /// Retention: keep the last N checkpoints per task (None: all), as
+    /// [`Options::keep_checkpoints`](crate::Options::keep_checkpoints). Checkpoints no
+    /// retained one needs are deleted in the commit that retires them.
+    pub keep_checkpoints: Option<u32>,
+}
+
+impl Default for PgOptions {
+    fn default() -> Self {
+        PgOptions {
+            deadline: DEADLINE_DEFAULT,
+            pool_idle_max: POOL_IDLE_MAX_DEFAULT,
+            schema: SCHEMA_DEFAULT.to_string(),
+            snapshot_every: SNAPSHOT_EVERY_DEFAULT,
+            keep_checkpoints: None,
+        }
+    }
+}
+
+impl PgOptions {
+    fn validate(&self) -> Result<()> {
+        let s = &self.schema;
+        let valid = !s.is_empty()
+            && s.len() <= SCHEMA_NAME_BYTES_MAX
+            && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+            && !s.as_bytes()[0].is_ascii_digit();
+        if !valid {
+            return Err(Error::InvalidArgument(format!(
+                "schema name {s:?} must be 1..=63 ASCII letters, digits or '_', not starting with a digit"
+            )));
+        }
+        if self.snapshot_every == 0 {
+            return Err(Error::InvalidArgument(
+                "snapshot_every must be at least 1 (1: every checkpoint is a snapshot)".into(),
+            ));
+        }
+        if self.keep_checkpoints == Some(0) {
+            return Err(Error::InvalidArgument(
+                "keep_checkpoints must be None (keep all) or at least 1".into(),
+            ));
+        }
+        if self.deadline.is_zero() {
+            return Err(Error::InvalidArgument(
+                "deadline must be longer than zero".into(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// A store of agent tasks in a PostgreSQL database. Cheap to clone; share it across
+/// threads and processes (any number of handles on any number of hosts may use one
+/// database at once).
+pub struct PgStore<S: State = AgentState> {
+    shared: Arc<conn::Shared>,
+    /// The lease this handle writes under (see [`PgStore::with_lease`]).
+    lease: Option<Arc<Lease>>,
+    _state: PhantomData<fn() -> S>,
+}
+
+impl<S: State> Clone for PgStore<S> {
+    fn clone(&self) -> Self {
+        PgStore {
+            shared: self.shared.clone(),
+            lease: self.lease.clone(),
+            _state: PhantomData,
+        }
+    }
+}
+
+impl<S: State> std::fmt::Debug for PgStore<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PgStore")
+            .field("schema", &self.shared.options.schema)
+            .field("lease", &self.lease.as_deref())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S: State> PgStore<S> {
+    /// Connects to the database at `url` (a `postgresql://` URL or libpq key-value words,
+    /// e.g. `host=/tmp/pg user=postgres dbname=postgres`), creates or migrates the schema,
+    /// and returns the store. Fails within the deadline if the server cannot be reached.
+    pub fn open(url: &str, options: PgOptions) -> Result<Self> {
+        options.validate()?;
+        let shared = conn::Shared::new(url, options.clone())?;
+        let schema = options.schema.clone();
+        shared.run_read("creating or migrating the schema", async |c| {
+            schema::migrate(c, &schema).await
+        })?;
+        Ok(PgStore {
+            shared: Arc::new(shared),
+            lease: None,
+            _state: PhantomData,
+        })
+    }
+
+    /// The options this handle was opened with.
+    pub fn options(&self) -> &PgOptions {
+        &self.shared.options
+    }
+
+    /// The epoch this handle writes `task` under: its lease's, if it holds one on `task`.
+    fn epoch_for(&self, task: &str) -> Option<u64> {
+        self.lease
+            .as_ref()
+            .filter(|l| l.task == task)
+            .map(|l| l.epoch)
+    }
+}

@@ -1,0 +1,52 @@
+//! Settling a write whose outcome is unknown (DESIGN.md §7.13.4).
+
+use tokio_postgres::Client;
+
+use super::PgStore;
+use super::conn::{Attempt, RowExt};
+use crate::error::Result;
+use crate::state::State;
+
+/// What became of a write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Resolution {
+    /// It committed. `seq`: the checkpoint a commit or fork wrote (`None` for the other
+    /// writes: journal entries, deletes).
+    Landed {
+        /// The checkpoint's seq, for a commit or a fork.
+        seq: Option<u64>,
+    },
+    /// It did not commit, and now never will: safe to do again.
+    NotLanded,
+}
+
+/// Declares write `id` not landed unless it did: the insert of the id as not landed waits
+/// while a transaction that inserted it is still open, and succeeds only if none committed
+/// it, after which no transaction can (the id is the table's key).
+pub(super) async fn resolve_on(c: &mut Client, id: &str) -> Attempt<Resolution> {
+    c.execute(
+        "INSERT INTO writes (write_id, landed) VALUES ($1, false) ON CONFLICT (write_id) DO NOTHING",
+        &[&id],
+    )
+    .await?;
+    let row = c
+        .query_one("SELECT landed, seq FROM writes WHERE write_id = $1", &[&id])
+        .await?;
+    Ok(match row.col::<bool>(0)? {
+        true => Resolution::Landed {
+            seq: row.col::<Option<i64>>(1)?.map(|s| s as u64),
+        },
+        false => Resolution::NotLanded,
+    })
+}
+
+impl<S: State> PgStore<S> {
+    /// Settles the write named by an `Error::Indeterminate`: whether it landed (and at
+    /// which seq), or that it did not and now never will. Waits for the write's transaction
+    /// if the server still has it open; `Error::Postgres` if the server does not answer
+    /// within the deadline (call again later).
+    pub fn resolve(&self, write_id: &str) -> Result<Resolution> {
+        self.shared
+            .run_read("resolving a write", async |c| resolve_on(c, write_id).await)
+    }
+}

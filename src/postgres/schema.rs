@@ -1,0 +1,123 @@
+//! The tables and their migrations (DESIGN.md §7.13.1). Migrations run outside
+//! transactions, one statement at a time, each safe to run again (`IF NOT EXISTS`), under
+//! a session advisory lock so that handles opening at once migrate one after another: a
+//! crash midway leaves a version that the next open finishes.
+
+use tokio_postgres::Client;
+
+use super::conn::{Attempt, Fail, RowExt};
+use crate::error::Error;
+
+/// The schema version this build writes and reads.
+pub(crate) const SCHEMA_VERSION: i32 = 1;
+
+/// The statements taking the schema from version `i` to `i + 1`.
+const MIGRATIONS: &[&[&str]] = &[&[
+    // One row per task that has a checkpoint or a tool call: the snapshot policy's
+    // counters, the schema versions of the records its latest state folds from (§7.6),
+    // and the row every write of the task locks first.
+    "CREATE TABLE IF NOT EXISTS tasks (
+        task bytea PRIMARY KEY,
+        latest_seq bigint NOT NULL,
+        latest_created_at_ms bigint NOT NULL,
+        snapshot_bytes bigint NOT NULL,
+        deltas_since_snapshot integer NOT NULL,
+        delta_bytes_since_snapshot bigint NOT NULL,
+        versions_since_snapshot integer[] NOT NULL
+    )",
+    // A checkpoint's body is the postcard encoding of the delta or the state, exactly as
+    // in a local store's record; `origin_*` only on seq 1 of a fork.
+    "CREATE TABLE IF NOT EXISTS checkpoints (
+        task bytea NOT NULL,
+        seq bigint NOT NULL,
+        created_at_ms bigint NOT NULL,
+        schema_version integer NOT NULL,
+        snapshot boolean NOT NULL,
+        body bytea NOT NULL,
+        origin_task bytea,
+        origin_seq bigint,
+        write_id text NOT NULL,
+        PRIMARY KEY (task, seq)
+    )",
+    "CREATE TABLE IF NOT EXISTS calls (
+        task bytea NOT NULL,
+        call_id bytea NOT NULL,
+        tool bytea NOT NULL,
+        args bytea NOT NULL,
+        result bytea,
+        begun bigserial NOT NULL,
+        created_at_ms bigint NOT NULL,
+        PRIMARY KEY (task, call_id)
+    )",
+    // Never deleted with the task: an epoch must only grow, or a fenced writer could match
+    // a later lease's epoch.
+    "CREATE TABLE IF NOT EXISTS leases (
+        task bytea PRIMARY KEY,
+        epoch bigint NOT NULL,
+        holder text NOT NULL,
+        expires_at timestamptz NOT NULL
+    )",
+    // Every write transaction inserts its write id here; `resolve` inserts the id as not
+    // landed, which either waits for the write's transaction to end or keeps it from ever
+    // committing (DESIGN.md §7.13.4).
+    "CREATE TABLE IF NOT EXISTS writes (
+        write_id text PRIMARY KEY,
+        task bytea,
+        seq bigint,
+        landed boolean NOT NULL,
+        at timestamptz NOT NULL DEFAULT clock_timestamp()
+    )",
+]];
+
+/// Creates the schema or brings it to [`SCHEMA_VERSION`].
+pub(super) async fn migrate(c: &mut Client, schema: &str) -> Attempt<()> {
+    let key = format!("agentwal:{schema}");
+    c.execute("SELECT pg_advisory_lock(hashtext($1))", &[&key])
+        .await?;
+    migrate_locked(c, schema).await?;
+    c.execute("SELECT pg_advisory_unlock(hashtext($1))", &[&key])
+        .await?;
+    Ok(())
+}
+
+async fn migrate_locked(c: &mut Client, schema: &str) -> Attempt<()> {
+    // The name was checked to be letters, digits and '_' (PgOptions::validate).
+    c.batch_execute(&format!("CREATE SCHEMA IF NOT EXISTS \"{schema}\""))
+        .await?;
+    c.batch_execute(
+        "CREATE TABLE IF NOT EXISTS schema_version (
+            id integer PRIMARY KEY CHECK (id = 1),
+            version integer NOT NULL
+        )",
+    )
+    .await?;
+    c.execute(
+        "INSERT INTO schema_version (id, version) VALUES (1, 0) ON CONFLICT (id) DO NOTHING",
+        &[],
+    )
+    .await?;
+    let found: i32 = c
+        .query_one("SELECT version FROM schema_version WHERE id = 1", &[])
+        .await?
+        .col(0)?;
+    if found > SCHEMA_VERSION {
+        return Err(Fail::Api(Error::Postgres {
+            context: "checking the schema version".into(),
+            message: format!(
+                "schema {schema:?} is at version {found}, newer than this build's {SCHEMA_VERSION}; upgrade agentwal"
+            ),
+        }));
+    }
+    for (from, statements) in MIGRATIONS.iter().enumerate().skip(found.max(0) as usize) {
+        for statement in *statements {
+            c.batch_execute(statement).await?;
+        }
+        let to = from as i32 + 1;
+        c.execute(
+            "UPDATE schema_version SET version = $1 WHERE id = 1",
+            &[&to],
+        )
+        .await?;
+    }
+    Ok(())
+}

@@ -1,0 +1,169 @@
+//! What only the PostgreSQL backend has: programs of different schema versions on one
+//! database, concurrent migrations, bad options, an unreachable server within the deadline,
+//! and `resolve`.
+#![cfg(feature = "postgres")]
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use agentwal::postgres::{PgOptions, PgStore, Resolution};
+use agentwal::{AgentState, Error};
+use common::states::{CounterV1, CounterV2, CounterV2Migrating};
+
+fn open<S: agentwal::State>(schema: &str) -> PgStore<S> {
+    let options = PgOptions {
+        schema: schema.to_string(),
+        ..PgOptions::default()
+    };
+    PgStore::open(&common::pg::url(), options).unwrap()
+}
+
+#[test]
+fn schema_version_mismatch_is_an_error_or_a_migration_never_garbage() {
+    let schema = common::pg::fresh_schema("versions");
+    let v1: PgStore<CounterV1> = open(&schema);
+    v1.commit("t", &5).unwrap();
+    v1.commit("t", &7).unwrap();
+    let v2: PgStore<CounterV2> = open(&schema);
+    let mismatch = |r: &agentwal::Result<_>| {
+        matches!(
+            r,
+            Err(Error::SchemaMismatch {
+                found: 1,
+                expected: 2
+            })
+        )
+    };
+    assert!(mismatch(&v2.load_latest("t").map(|_| ())));
+    // A commit of the new version refuses to append to a history it cannot read ...
+    assert!(mismatch(&v2.commit("t", &(1, "x".into())).map(|_| ())));
+    assert_eq!(v1.load_latest("t").unwrap().unwrap().seq, 2);
+    // ... and, with a migration, rebuilds the state and writes it as a snapshot.
+    let v2m: PgStore<CounterV2Migrating> = open(&schema);
+    let s = v2m.load_latest("t").unwrap().unwrap().state;
+    assert_eq!((s.0.total, s.0.label.as_str()), (12, "migrated"));
+    assert_eq!(v2m.commit("t", &(1, "new".into())).unwrap(), 3);
+    assert!(v2m.list_checkpoints("t").unwrap()[2].snapshot);
+    // After it, the program without hooks reads the task.
+    let s = v2.load_latest("t").unwrap().unwrap().state;
+    assert_eq!((s.total, s.label.as_str()), (13, "new"));
+    assert_eq!(v2.commit("t", &(2, "v2".into())).unwrap(), 4);
+}
+
+#[test]
+fn handles_opening_at_once_migrate_one_after_another() {
+    let schema = common::pg::fresh_schema("concurrent_open");
+    std::thread::scope(|s| {
+        for t in 0..4 {
+            let schema = &schema;
+            s.spawn(move || {
+                let store: PgStore = open(schema);
+                store
+                    .commit(&format!("t{t}"), &agentwal::AgentDelta::default())
+                    .unwrap();
+            });
+        }
+    });
+    let store: PgStore = open(&schema);
+    assert_eq!(store.tasks().unwrap().len(), 4);
+}
+
+#[test]
+fn bad_options_and_an_unreachable_server_are_clear_errors() {
+    for schema in ["", "1abc", "a-b", "x\"y", &"s".repeat(64)] {
+        let options = PgOptions {
+            schema: schema.to_string(),
+            ..PgOptions::default()
+        };
+        assert!(
+            matches!(
+                PgStore::<AgentState>::open(&common::pg::url(), options),
+                Err(Error::InvalidArgument(_))
+            ),
+            "schema {schema:?}"
+        );
+    }
+    let zero = PgOptions {
+        snapshot_every: 0,
+        ..PgOptions::default()
+    };
+    assert!(matches!(
+        PgStore::<AgentState>::open(&common::pg::url(), zero),
+        Err(Error::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        PgStore::<AgentState>::open("postgresql://[bad", PgOptions::default()),
+        Err(Error::InvalidArgument(_))
+    ));
+    // No server there: the open keeps trying until its deadline, then says so.
+    let nowhere = tempfile::tempdir().unwrap();
+    let options = PgOptions {
+        deadline: Duration::from_millis(400),
+        ..PgOptions::default()
+    };
+    let started = Instant::now();
+    let url = format!(
+        "host={} user=postgres dbname=postgres",
+        nowhere.path().display()
+    );
+    let result = PgStore::<AgentState>::open(&url, options);
+    assert!(matches!(result, Err(Error::Postgres { .. })), "{result:?}");
+    assert!(
+        started.elapsed() < Duration::from_millis(1400),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
+#[test]
+fn resolve_declares_an_unknown_write_not_landed_for_good() {
+    let store: PgStore = common::pg::store("resolve", PgOptions::default());
+    assert_eq!(
+        store.resolve("no-such-write").unwrap(),
+        Resolution::NotLanded
+    );
+    // Asking again gives the same answer: the id is now recorded as not landed.
+    assert_eq!(
+        store.resolve("no-such-write").unwrap(),
+        Resolution::NotLanded
+    );
+}
+
+#[test]
+fn tables_of_another_program_are_an_error_not_a_panic() {
+    // A schema that already holds a `tasks` table of another shape: the migration's
+    // `CREATE TABLE IF NOT EXISTS` leaves it, and agentwal must then refuse, not panic.
+    let schema = common::pg::fresh_schema("foreign_tables");
+    let bin = std::env::var("AGENTWAL_PG_BIN").expect("AGENTWAL_PG_BIN (set by pg-cluster.sh)");
+    let sql = format!(
+        "CREATE SCHEMA {schema}; CREATE TABLE {schema}.tasks (task bytea PRIMARY KEY, latest_seq text,
+             latest_created_at_ms text, snapshot_bytes text, deltas_since_snapshot text,
+             delta_bytes_since_snapshot text, versions_since_snapshot text);
+         INSERT INTO {schema}.tasks VALUES ('\\x74', 'one', '0', '0', '0', '0', '{{}}')"
+    );
+    let status = std::process::Command::new("runuser")
+        .args(["-u", "postgres", "--"])
+        .arg(format!("{bin}/psql"))
+        .args([
+            "-q",
+            "-v",
+            "ON_ERROR_STOP=1",
+            "-h",
+            &common::pg::host(),
+            "-d",
+            "postgres",
+            "-c",
+            &sql,
+        ])
+        .status()
+        .expect("run psql");
+    assert!(status.success(), "psql failed");
+    let store: PgStore = open(&schema);
+    let r = store.commit("t", &agentwal::AgentDelta::default());
+    assert!(matches!(r, Err(Error::Postgres { .. })), "{r:?}");
+    assert!(matches!(
+        store.load_latest("t"),
+        Err(Error::Postgres { .. })
+    ));
+}
