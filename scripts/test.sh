@@ -19,7 +19,7 @@ fi
 eval "$cluster_env"
 trap 'bash scripts/pg-cluster.sh stop "$AGENTWAL_PG_HOST"' EXIT
 echo "PostgreSQL test cluster at $AGENTWAL_PG_HOST"
-cargo test --release --features tokio,postgres --test task_store_api --test pg_model --test pg_lease --test pg_store
+cargo test --release --features tokio,postgres --test task_store_api --test pg_model --test pg_lease --test pg_store --test pg_async
 cargo test --release --features tokio,postgres --test pg_faults -- --test-threads=1 --nocapture
 bash scripts/pg-cluster.sh stop "$AGENTWAL_PG_HOST"
 trap - EXIT

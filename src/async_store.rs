@@ -306,7 +306,7 @@ fn reply_channel<T: Send + 'static>() -> (Reply<T>, impl Future<Output = Result<
 }
 
 /// Runs `op` on tokio's blocking pool; a panic in it resumes here, as in a blocking call.
-async fn run_blocking<T: Send + 'static>(
+pub(crate) async fn run_blocking<T: Send + 'static>(
     op: impl FnOnce() -> Result<T> + Send + 'static,
 ) -> Result<T> {
     match tokio::task::spawn_blocking(op).await {

@@ -11,9 +11,11 @@
 //!
 //! The API is blocking, like [`Store`](crate::Store)'s: every call runs on a small tokio
 //! runtime the handle owns and returns within [`PgOptions::deadline`]. Call it from plain
-//! threads (from async code, through `spawn_blocking`).
+//! threads; from async code, through `AsyncPgStore` (with the `tokio` feature too).
 
 mod api;
+#[cfg(feature = "tokio")]
+mod async_api;
 mod conn;
 mod lease;
 mod load;
@@ -26,6 +28,8 @@ use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::Duration;
 
+#[cfg(feature = "tokio")]
+pub use async_api::AsyncPgStore;
 pub use lease::{HOLDER_BYTES_MAX, LEASE_TTL_MAX, Lease};
 pub use resolve::Resolution;
 
