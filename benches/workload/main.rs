@@ -125,7 +125,15 @@ fn main() {
         cfg.rounds,
         cfg.base.display()
     );
+    let _cluster = postgres_cluster(&cfg);
     let rounds = run_rounds(&cfg);
+    #[cfg(feature = "postgres")]
+    if cfg.suite == config::Suite::Postgres {
+        let cluster = _cluster.as_ref().expect("the suite has PG peers");
+        let prov = provenance::provenance(&cfg);
+        report::postgres::write(&cfg, &rounds, cluster, started.elapsed(), &prov);
+        return;
+    }
     eprintln!(
         "large-store recovery: building {}",
         fmt_bytes(cfg.large_store_bytes as f64)
@@ -149,6 +157,27 @@ fn main() {
     };
     let prov = provenance::provenance(&cfg);
     report::write(&cfg, &run, &prov);
+}
+
+/// The PostgreSQL cluster, started when a selected backend needs one (stopped when the
+/// guard drops: at the end of `main`, also when it unwinds from a panic).
+#[cfg(feature = "postgres")]
+fn postgres_cluster(cfg: &Config) -> Option<backends::pg_cluster::Cluster> {
+    cfg.backends
+        .iter()
+        .any(|b| b.needs_postgres())
+        .then(backends::pg_cluster::Cluster::start)
+}
+
+/// Without `--features postgres` there are no PostgreSQL peers; the run says so.
+#[cfg(not(feature = "postgres"))]
+fn postgres_cluster(_: &Config) -> Option<()> {
+    eprintln!(
+        "PostgreSQL peers ({}): not in this build (they need `--features postgres`; \
+         AGENTWAL_BENCH_SUITE=postgres runs them)",
+        backends::POSTGRES_PEERS.join(", ")
+    );
+    None
 }
 
 /// Every backend at every T, `cfg.rounds` times.
