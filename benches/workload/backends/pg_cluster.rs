@@ -144,7 +144,8 @@ impl Admin {
         ))
     }
 
-    /// VACUUMs every table of `schema`, CHECKPOINTs, and returns the bytes its tables take
+    /// VACUUMs and ANALYZEs every table of `schema` (what autovacuum does to a live table;
+    /// the statistics also give the loads after it their index plans), CHECKPOINTs, and returns the bytes its tables take
     /// (`pg_total_relation_size`: heap, TOAST, indexes, free-space and visibility maps).
     pub fn schema_bytes(&self, schema: &str) -> f64 {
         let tables: Vec<String> = self
@@ -159,7 +160,7 @@ impl Admin {
             .map(|r| r.get(0))
             .collect();
         for t in &tables {
-            self.exec(&format!("VACUUM {t}"));
+            self.exec(&format!("VACUUM (ANALYZE) {t}"));
         }
         self.exec("CHECKPOINT");
         self.float(&format!(
@@ -167,6 +168,15 @@ impl Admin {
              JOIN pg_namespace n ON n.oid = c.relnamespace \
              WHERE n.nspname = '{schema}' AND c.relkind = 'r'"
         ))
+    }
+
+    /// Two numbers from one row of `sql`.
+    pub fn floats2(&self, sql: &str) -> (f64, f64) {
+        let row = self
+            .rt
+            .block_on(self.client.query_one(sql, &[]))
+            .unwrap_or_else(|e| panic!("{sql}: {e}"));
+        (row.get(0), row.get(1))
     }
 
     pub fn drop_schema(&self, schema: &str) {

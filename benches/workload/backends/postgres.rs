@@ -64,6 +64,14 @@ impl Backend for AgentwalPostgres {
         m.disk_bytes = bytes;
         m.disk_allocated = bytes;
         let probe = task_id(0);
+        // What a load of task 0 reads: the rows from its newest snapshot on (§7.13.2).
+        let (rows, read) = admin.floats2(&format!(
+            "SELECT count(*)::float8, coalesce(sum(octet_length(body)), 0)::float8 \
+             FROM {schema}.checkpoints WHERE task = '{probe}'::bytea AND seq >= coalesce( \
+             (SELECT max(seq) FROM {schema}.checkpoints WHERE task = '{probe}'::bytea AND snapshot), 0)"
+        ));
+        m.load_rows = Some(rows);
+        m.load_read_bytes = Some(read);
         let (warm, cold, recovery) = time_loads(
             cfg,
             || PgStore::<AgentState>::open(url, options.clone()).expect("reopen PgStore"),

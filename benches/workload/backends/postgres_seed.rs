@@ -42,7 +42,10 @@ impl Conn {
 }
 
 const INSERT: &str = "INSERT INTO checkpoints (task, seq, state) VALUES ($1, $2, $3::text::jsonb)";
-const LOAD: &str = "SELECT state::text FROM checkpoints WHERE task = $1 ORDER BY seq DESC LIMIT 1";
+/// The conversion to text is outside the `LIMIT 1`, so it runs on one row whatever the plan
+/// (on a table without statistics the planner may sort all of the task's rows).
+const LOAD: &str = "SELECT state::text FROM (SELECT state FROM checkpoints WHERE task = $1 \
+                    ORDER BY seq DESC LIMIT 1) latest";
 
 fn load(conn: &Conn, task: &str) -> AgentState {
     let row = conn
@@ -100,6 +103,12 @@ impl Backend for PostgresSeed {
         m.disk_bytes = bytes;
         m.disk_allocated = bytes;
         let probe = task_id(0);
+        let (rows, read) = admin.floats2(&format!(
+            "SELECT 1::float8, octet_length(state::text)::float8 FROM {schema}.checkpoints \
+             WHERE task = '{probe}' ORDER BY seq DESC LIMIT 1"
+        ));
+        m.load_rows = Some(rows);
+        m.load_read_bytes = Some(read);
         let (warm, cold, recovery) = time_loads(
             cfg,
             || Conn::open(&schema, LOAD),

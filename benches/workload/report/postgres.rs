@@ -105,7 +105,9 @@ fn markdown(
          load_latest warm: median of {} loads of task 0 ({}-step state) on one handle; cold: \
          the first load on a new handle (a new connection; for `agentwal`, a reopened store), \
          median of {}; open: connecting (and, for `PgStore`, checking the schema) or the \
-         local store's recovery. Each run uses a fresh schema, dropped afterwards.",
+         local store's recovery. \"a load reads\": rows and bytes of stored values a `load_latest` \
+         of task 0 reads (for `agentwal-postgres` the postcard bodies from the newest snapshot on; \
+         for `postgres-seed` the latest row's JSON text). Each run uses a fresh schema, dropped afterwards.",
         cfg.warm_loads, cfg.steps, cfg.cold_loads
     );
     w
@@ -115,9 +117,9 @@ fn results(w: &mut String, cfg: &Config, rounds: &Rounds) {
     let _ = writeln!(w, "## Results (medians over rounds)\n");
     let _ = writeln!(
         w,
-        "| backend | T | commits/s | p50 commit | p99 commit | bytes | WAL / delta | load_latest warm | load_latest cold | open |"
+        "| backend | T | commits/s | p50 commit | p99 commit | bytes | WAL / delta | load_latest warm | load_latest cold | a load reads | open |"
     );
-    let _ = writeln!(w, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    let _ = writeln!(w, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for &t in &cfg.threads {
         for b in &cfg.backends {
             let Some(m) = med(rounds, t, *b) else {
@@ -125,7 +127,7 @@ fn results(w: &mut String, cfg: &Config, rounds: &Rounds) {
             };
             let _ = writeln!(
                 w,
-                "| {} | {t} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                "| {} | {t} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
                 b.name(),
                 fmt_rate(m.commits_per_s),
                 fmt_ms(m.p50_ms),
@@ -134,6 +136,10 @@ fn results(w: &mut String, cfg: &Config, rounds: &Rounds) {
                 opt(m.wal_bytes, |v| format!("{:.1}", v / m.delta_postcard)),
                 opt(m.load_warm_us, |v| fmt_ms(v / 1e3)),
                 opt(m.load_cold_us, |v| fmt_ms(v / 1e3)),
+                match (m.load_rows, m.load_read_bytes) {
+                    (Some(r), Some(b)) => format!("{r:.0} rows, {}", fmt_bytes(b)),
+                    _ => "–".into(),
+                },
                 opt(m.recovery_ms, fmt_ms),
             );
         }
