@@ -99,7 +99,7 @@ fn markdown(
         "Definitions. commits/s: T × S over the wall time from a common start to the last commit. \
          \"bytes\": for the PostgreSQL peers the sum of `pg_total_relation_size` (heap, TOAST, \
          indexes, free-space and visibility maps) over the tables of the run's schema, after a \
-         `VACUUM` of each table and a `CHECKPOINT`; for `agentwal` the store's files. \"WAL / \
+         `VACUUM (ANALYZE)` of each table and a `CHECKPOINT`; for `agentwal` the store's files. \"WAL / \
          delta\": WAL bytes the server generated during the commits \
          (`pg_current_wal_insert_lsn` before and after) over the postcard-encoded deltas. \
          load_latest warm: median of {} loads of task 0 ({}-step state) on one handle; cold: \
