@@ -79,14 +79,16 @@ fn known() -> Vec<&'static dyn Backend> {
     all
 }
 
+/// A PostgreSQL peer was asked for in a build without them.
+fn not_built() -> ! {
+    panic!(
+        "the PostgreSQL peers ({}) are built only with `--features postgres` \
+         (AGENTWAL_BENCH_SUITE=postgres cargo bench --features tokio,postgres --bench workload)",
+        backends::POSTGRES_PEERS.join(", ")
+    )
+}
+
 fn backends_from_env(suite: Suite) -> Vec<&'static dyn Backend> {
-    let not_built = || {
-        panic!(
-            "the PostgreSQL peers ({}) are built only with `--features postgres` \
-             (cargo bench --features postgres --bench workload)",
-            backends::POSTGRES_PEERS.join(", ")
-        )
-    };
     match std::env::var("AGENTWAL_BENCH_BACKENDS") {
         Ok(list) => list
             .split(',')

@@ -47,6 +47,16 @@
 //! and checksumming its files, and (full mode) the index memory per task after opening a
 //! store with 100,000 tasks (RSS from /proc/self/status, in a child process).
 //!
+//! # The PostgreSQL suite
+//! `AGENTWAL_BENCH_SUITE=postgres cargo bench --features tokio,postgres --bench workload`:
+//! `agentwal-postgres` (agentwal on `PgStore`) and `postgres-seed` (the full state as JSON,
+//! one row per checkpoint) on one throwaway cluster the run starts and stops itself
+//! (`scripts/pg-cluster.sh`, defaults: durable per commit), the local `agentwal` beside
+//! them; the same workload and figures plus bytes in the database, WAL bytes and what a
+//! load reads; no large-store or index-memory experiments. Report:
+//! `bench-results/workload-postgres.md` (`backends/pg_cluster.rs`, `report/postgres.rs`).
+//! Without `--features postgres` the PG peers do not exist and the run says so.
+//!
 //! Results: the table is printed and written to `bench-results/workload.md` with an SVG
 //! chart `bench-results/workload.svg` (quick mode writes to `target/bench-results/`).
 //!
@@ -163,10 +173,14 @@ fn main() {
 /// guard drops: at the end of `main`, also when it unwinds from a panic).
 #[cfg(feature = "postgres")]
 fn postgres_cluster(cfg: &Config) -> Option<backends::pg_cluster::Cluster> {
-    cfg.backends
-        .iter()
-        .any(|b| b.needs_postgres())
-        .then(backends::pg_cluster::Cluster::start)
+    let needed = cfg.backends.iter().any(|b| b.needs_postgres());
+    if !needed {
+        eprintln!(
+            "PostgreSQL peers ({}): not selected (AGENTWAL_BENCH_SUITE=postgres runs them)",
+            backends::POSTGRES_PEERS.join(", ")
+        );
+    }
+    needed.then(backends::pg_cluster::Cluster::start)
 }
 
 /// Without `--features postgres` there are no PostgreSQL peers; the run says so.

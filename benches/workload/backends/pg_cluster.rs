@@ -179,6 +179,25 @@ impl Admin {
         (row.get(0), row.get(1))
     }
 
+    /// With `AGENTWAL_BENCH_PG_EXPLAIN=1` (profiling), prints `EXPLAIN (ANALYZE, BUFFERS)`
+    /// of `sql`: how much of a load is the server's.
+    pub fn explain(&self, what: &str, sql: &str) {
+        if std::env::var_os("AGENTWAL_BENCH_PG_EXPLAIN").is_none() {
+            return;
+        }
+        let rows = self
+            .rt
+            .block_on(
+                self.client
+                    .query(&format!("EXPLAIN (ANALYZE, BUFFERS) {sql}"), &[]),
+            )
+            .unwrap_or_else(|e| panic!("{sql}: {e}"));
+        eprintln!("EXPLAIN ANALYZE of {what}:");
+        for r in rows {
+            eprintln!("    {}", r.get::<_, String>(0));
+        }
+    }
+
     pub fn drop_schema(&self, schema: &str) {
         self.exec(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"));
     }

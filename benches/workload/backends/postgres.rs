@@ -70,6 +70,16 @@ impl Backend for AgentwalPostgres {
              FROM {schema}.checkpoints WHERE task = '{probe}'::bytea AND seq >= coalesce( \
              (SELECT max(seq) FROM {schema}.checkpoints WHERE task = '{probe}'::bytea AND snapshot), 0)"
         ));
+        admin.explain(
+            "agentwal-postgres's fold",
+            &format!(
+                "SELECT seq, snapshot, schema_version, body, created_at_ms FROM {schema}.checkpoints \
+                 WHERE task = '{probe}'::bytea AND seq <= {s} AND seq >= coalesce((SELECT max(seq) \
+                 FROM {schema}.checkpoints WHERE task = '{probe}'::bytea AND seq <= {s} AND snapshot), 0) \
+                 ORDER BY seq",
+                s = cfg.steps
+            ),
+        );
         m.load_rows = Some(rows);
         m.load_read_bytes = Some(read);
         let (warm, cold, recovery) = time_loads(

@@ -107,6 +107,13 @@ impl Backend for PostgresSeed {
             "SELECT 1::float8, octet_length(state::text)::float8 FROM {schema}.checkpoints \
              WHERE task = '{probe}' ORDER BY seq DESC LIMIT 1"
         ));
+        admin.explain(
+            "postgres-seed's load",
+            &format!(
+                "SELECT state::text FROM (SELECT state FROM {schema}.checkpoints \
+                 WHERE task = '{probe}' ORDER BY seq DESC LIMIT 1) latest"
+            ),
+        );
         m.load_rows = Some(rows);
         m.load_read_bytes = Some(read);
         let (warm, cold, recovery) = time_loads(
