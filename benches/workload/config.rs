@@ -10,8 +10,19 @@ use crate::backends::{self, Backend};
 /// 4 minutes.
 pub const FULL_ROUNDS_DEFAULT: usize = 9;
 
+/// Which benchmark a run is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Suite {
+    /// The local stores (`bench-results/workload.md`).
+    Local,
+    /// `AGENTWAL_BENCH_SUITE=postgres`: agentwal on PostgreSQL against `postgres-seed`,
+    /// the local engine beside them (`bench-results/workload-postgres.md`).
+    Postgres,
+}
+
 pub struct Config {
     pub quick: bool,
+    pub suite: Suite,
     pub steps: usize,
     pub threads: Vec<usize>,
     pub rounds: usize,
@@ -47,19 +58,59 @@ fn threads_from_env(quick: bool) -> Vec<usize> {
     }
 }
 
-fn backends_from_env() -> Vec<&'static dyn Backend> {
+fn suite_from_env() -> Suite {
+    match std::env::var("AGENTWAL_BENCH_SUITE").as_deref() {
+        Err(_) | Ok("") | Ok("local") => Suite::Local,
+        Ok("postgres") => Suite::Postgres,
+        Ok(other) => panic!("AGENTWAL_BENCH_SUITE={other:?}: local or postgres"),
+    }
+}
+
+/// Every backend this build has.
+fn known() -> Vec<&'static dyn Backend> {
+    #[allow(unused_mut)]
+    let mut all = backends::ALL.to_vec();
+    #[cfg(feature = "postgres")]
+    for b in backends::POSTGRES_SUITE {
+        if !all.iter().any(|a| backends::is(*a, *b)) {
+            all.push(*b);
+        }
+    }
+    all
+}
+
+/// A PostgreSQL peer was asked for in a build without them.
+fn not_built() -> ! {
+    panic!(
+        "the PostgreSQL peers ({}) are built only with `--features postgres` \
+         (AGENTWAL_BENCH_SUITE=postgres cargo bench --features tokio,postgres --bench workload)",
+        backends::POSTGRES_PEERS.join(", ")
+    )
+}
+
+fn backends_from_env(suite: Suite) -> Vec<&'static dyn Backend> {
     match std::env::var("AGENTWAL_BENCH_BACKENDS") {
         Ok(list) => list
             .split(',')
             .map(|name| {
-                backends::ALL
-                    .iter()
-                    .copied()
+                known()
+                    .into_iter()
                     .find(|b| b.name() == name.trim())
-                    .unwrap_or_else(|| panic!("unknown backend {name:?}"))
+                    .unwrap_or_else(|| {
+                        if backends::POSTGRES_PEERS.contains(&name.trim()) {
+                            not_built()
+                        }
+                        panic!("unknown backend {name:?}")
+                    })
             })
             .collect(),
-        Err(_) => backends::ALL.to_vec(),
+        Err(_) => match suite {
+            Suite::Local => backends::ALL.to_vec(),
+            #[cfg(feature = "postgres")]
+            Suite::Postgres => backends::POSTGRES_SUITE.to_vec(),
+            #[cfg(not(feature = "postgres"))]
+            Suite::Postgres => not_built(),
+        },
     }
 }
 
@@ -67,8 +118,10 @@ impl Config {
     pub fn from_env() -> Config {
         let quick = std::env::var("AGENTWAL_BENCH_QUICK").is_ok_and(|v| !v.is_empty() && v != "0");
         let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+        let suite = suite_from_env();
         Config {
             quick,
+            suite,
             steps: env_parse("AGENTWAL_BENCH_STEPS").unwrap_or(if quick { 20 } else { 200 }),
             threads: threads_from_env(quick),
             rounds: env_parse("AGENTWAL_BENCH_ROUNDS").unwrap_or(if quick {
@@ -76,7 +129,7 @@ impl Config {
             } else {
                 FULL_ROUNDS_DEFAULT
             }),
-            backends: backends_from_env(),
+            backends: backends_from_env(suite),
             warm_loads: if quick { 20 } else { 200 },
             cold_loads: if quick { 2 } else { 5 },
             large_store_bytes: env_parse::<u64>("AGENTWAL_BENCH_LARGE_MIB").unwrap_or(if quick {

@@ -47,6 +47,16 @@
 //! and checksumming its files, and (full mode) the index memory per task after opening a
 //! store with 100,000 tasks (RSS from /proc/self/status, in a child process).
 //!
+//! # The PostgreSQL suite
+//! `AGENTWAL_BENCH_SUITE=postgres cargo bench --features tokio,postgres --bench workload`:
+//! `agentwal-postgres` (agentwal on `PgStore`) and `postgres-seed` (the full state as JSON,
+//! one row per checkpoint) on one throwaway cluster the run starts and stops itself
+//! (`scripts/pg-cluster.sh`, defaults: durable per commit), the local `agentwal` beside
+//! them; the same workload and figures plus bytes in the database, WAL bytes and what a
+//! load reads; no large-store or index-memory experiments. Report:
+//! `bench-results/workload-postgres.md` (`backends/pg_cluster.rs`, `report/postgres.rs`).
+//! Without `--features postgres` the PG peers do not exist and the run says so.
+//!
 //! Results: the table is printed and written to `bench-results/workload.md` with an SVG
 //! chart `bench-results/workload.svg` (quick mode writes to `target/bench-results/`).
 //!
@@ -125,7 +135,15 @@ fn main() {
         cfg.rounds,
         cfg.base.display()
     );
+    let _cluster = postgres_cluster(&cfg);
     let rounds = run_rounds(&cfg);
+    #[cfg(feature = "postgres")]
+    if cfg.suite == config::Suite::Postgres {
+        let cluster = _cluster.as_ref().expect("the suite has PG peers");
+        let prov = provenance::provenance(&cfg);
+        report::postgres::write(&cfg, &rounds, cluster, started.elapsed(), &prov);
+        return;
+    }
     eprintln!(
         "large-store recovery: building {}",
         fmt_bytes(cfg.large_store_bytes as f64)
@@ -149,6 +167,31 @@ fn main() {
     };
     let prov = provenance::provenance(&cfg);
     report::write(&cfg, &run, &prov);
+}
+
+/// The PostgreSQL cluster, started when a selected backend needs one (stopped when the
+/// guard drops: at the end of `main`, also when it unwinds from a panic).
+#[cfg(feature = "postgres")]
+fn postgres_cluster(cfg: &Config) -> Option<backends::pg_cluster::Cluster> {
+    let needed = cfg.backends.iter().any(|b| b.needs_postgres());
+    if !needed {
+        eprintln!(
+            "PostgreSQL peers ({}): not selected (AGENTWAL_BENCH_SUITE=postgres runs them)",
+            backends::POSTGRES_PEERS.join(", ")
+        );
+    }
+    needed.then(backends::pg_cluster::Cluster::start)
+}
+
+/// Without `--features postgres` there are no PostgreSQL peers; the run says so.
+#[cfg(not(feature = "postgres"))]
+fn postgres_cluster(_: &Config) -> Option<()> {
+    eprintln!(
+        "PostgreSQL peers ({}): not in this build (they need `--features postgres`; \
+         AGENTWAL_BENCH_SUITE=postgres runs them)",
+        backends::POSTGRES_PEERS.join(", ")
+    );
+    None
 }
 
 /// Every backend at every T, `cfg.rounds` times.

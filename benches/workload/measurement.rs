@@ -32,6 +32,11 @@ pub struct Measurement {
     pub mean_batch: Option<f64>,
     /// SQLite only: SQLITE_BUSY errors that escaped the busy handler (retried).
     pub busy_retries: Option<f64>,
+    /// PostgreSQL peers only: WAL bytes the server generated during the commits.
+    pub wal_bytes: Option<f64>,
+    /// PostgreSQL peers only: rows and bytes (stored values) `load_latest` of task 0 reads.
+    pub load_rows: Option<f64>,
+    pub load_read_bytes: Option<f64>,
     /// fdatasync p50 (µs) of the disk probe just before this run: other load on the disk.
     pub probe_us: f64,
     /// CPU time the committing threads spent inside a commit, per commit (µs).
@@ -97,6 +102,9 @@ impl Measurement {
             fsyncs: med_opt(&|m| m.fsyncs),
             mean_batch: med_opt(&|m| m.mean_batch),
             busy_retries: med_opt(&|m| m.busy_retries),
+            wal_bytes: med_opt(&|m| m.wal_bytes),
+            load_rows: med_opt(&|m| m.load_rows),
+            load_read_bytes: med_opt(&|m| m.load_read_bytes),
             probe_us: med(&|m| m.probe_us),
             step_cpu_us: med(&|m| m.step_cpu_us),
         }

@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use tokio_postgres::types::Type;
 use tokio_postgres::{Client, GenericClient, IsolationLevel, Row};
 
 use super::PgStore;
@@ -66,7 +67,9 @@ impl TaskRow {
 /// The task's row, or `None` if the task does not exist.
 pub(super) async fn task_row(c: &impl GenericClient, task: &str) -> Attempt<Option<TaskRow>> {
     let sql = format!("SELECT {TASK_COLUMNS} FROM tasks t WHERE task = $1");
-    let row = c.query_opt(&sql, &[&task.as_bytes()]).await?;
+    let row = c
+        .query_typed_opt(&sql, &[(&task.as_bytes(), Type::BYTEA)])
+        .await?;
     row.as_ref().map(TaskRow::from_row).transpose()
 }
 
@@ -86,12 +89,12 @@ pub(super) async fn fold<S: State>(
     seq: u64,
 ) -> Attempt<(S, u64)> {
     let rows = c
-        .query(
+        .query_typed(
             "SELECT seq, snapshot, schema_version, body, created_at_ms FROM checkpoints
              WHERE task = $1 AND seq <= $2 AND seq >= coalesce(
                  (SELECT max(seq) FROM checkpoints WHERE task = $1 AND seq <= $2 AND snapshot), 0)
              ORDER BY seq",
-            &[&task.as_bytes(), &(seq as i64)],
+            &[(&task.as_bytes(), Type::BYTEA), (&(seq as i64), Type::INT8)],
         )
         .await?;
     let mut state = S::default();

@@ -7,6 +7,7 @@ use std::hash::{BuildHasher, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use tokio::time::{Instant, sleep, timeout_at};
+use tokio_postgres::types::Type;
 use tokio_postgres::{Client, Transaction};
 
 use super::conn::{Attempt, Fail, RETRY_PAUSE, RowExt, Shared, deadline_error, definite, pg_error};
@@ -133,9 +134,9 @@ pub(super) async fn check_fence(
     epoch: Option<u64>,
 ) -> Attempt<()> {
     let row = tx
-        .query_opt(
+        .query_typed_opt(
             "SELECT epoch, expires_at > clock_timestamp() FROM leases WHERE task = $1 FOR SHARE",
-            &[&task.as_bytes()],
+            &[(&task.as_bytes(), Type::BYTEA)],
         )
         .await?;
     let current = match row {
@@ -168,9 +169,13 @@ pub(super) async fn record_write(
     seq: Option<u64>,
 ) -> Attempt<()> {
     let seq = seq.map(|s| s as i64);
-    tx.execute(
+    tx.query_typed(
         "INSERT INTO writes (write_id, task, seq, landed) VALUES ($1, $2, $3, true)",
-        &[&id, &task.as_bytes(), &seq],
+        &[
+            (&id, Type::TEXT),
+            (&task.as_bytes(), Type::BYTEA),
+            (&seq, Type::INT8),
+        ],
     )
     .await?;
     Ok(())

@@ -2,6 +2,7 @@
 //! transaction that checks the fence first, locks the task's row, and records its write id
 //! (DESIGN.md §7.13.2).
 
+use tokio_postgres::types::Type;
 use tokio_postgres::{Client, Transaction};
 
 use super::PgStore;
@@ -33,7 +34,9 @@ struct Prepared {
 /// Locks the task's row for the rest of the transaction; `None` if the task does not exist.
 async fn lock_task(tx: &Transaction<'_>, task: &str) -> Attempt<Option<TaskRow>> {
     let sql = format!("SELECT {TASK_COLUMNS} FROM tasks t WHERE task = $1 FOR UPDATE");
-    let row = tx.query_opt(&sql, &[&task.as_bytes()]).await?;
+    let row = tx
+        .query_typed_opt(&sql, &[(&task.as_bytes(), Type::BYTEA)])
+        .await?;
     row.as_ref().map(TaskRow::from_row).transpose()
 }
 
@@ -44,15 +47,17 @@ async fn lock_or_create_task(tx: &Transaction<'_>, task: &str) -> Attempt<TaskRo
         return Ok(row);
     }
     // A concurrent creator's row wins the insert; the select then waits for it and locks it.
-    tx.execute(
+    tx.query_typed(
         "INSERT INTO tasks (task, latest_seq, latest_created_at_ms, snapshot_bytes,
              deltas_since_snapshot, delta_bytes_since_snapshot, versions_since_snapshot)
          VALUES ($1, 0, 0, 0, 0, 0, '{}') ON CONFLICT (task) DO NOTHING",
-        &[&task.as_bytes()],
+        &[(&task.as_bytes(), Type::BYTEA)],
     )
     .await?;
     let sql = format!("SELECT {TASK_COLUMNS} FROM tasks t WHERE task = $1 FOR UPDATE");
-    let row = tx.query_one(&sql, &[&task.as_bytes()]).await?;
+    let row = tx
+        .query_typed_one(&sql, &[(&task.as_bytes(), Type::BYTEA)])
+        .await?;
     TaskRow::from_row(&row)
 }
 
@@ -78,20 +83,20 @@ async fn insert_checkpoint(
         Some((t, s)) => (Some(t.as_bytes()), Some(s as i64)),
         None => (None, None),
     };
-    tx.execute(
+    tx.query_typed(
         "INSERT INTO checkpoints (task, seq, created_at_ms, schema_version, snapshot, body,
              origin_task, origin_seq, write_id)
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
         &[
-            &task.as_bytes(),
-            &(cp.seq as i64),
-            &(cp.created_at_ms as i64),
-            &(cp.schema_version as i32),
-            &cp.snapshot,
-            &cp.body,
-            &origin_task,
-            &origin_seq,
-            &id,
+            (&task.as_bytes(), Type::BYTEA),
+            (&(cp.seq as i64), Type::INT8),
+            (&(cp.created_at_ms as i64), Type::INT8),
+            (&(cp.schema_version as i32), Type::INT4),
+            (&cp.snapshot, Type::BOOL),
+            (&cp.body, Type::BYTEA),
+            (&origin_task, Type::BYTEA),
+            (&origin_seq, Type::INT8),
+            (&id, Type::TEXT),
         ],
     )
     .await?;
@@ -118,19 +123,19 @@ async fn insert_checkpoint(
             (counters, versions)
         }
     };
-    tx.execute(
+    tx.query_typed(
         "UPDATE tasks SET latest_seq = $2, latest_created_at_ms = $3, snapshot_bytes = $4,
              deltas_since_snapshot = $5, delta_bytes_since_snapshot = $6,
              versions_since_snapshot = $7
          WHERE task = $1",
         &[
-            &task.as_bytes(),
-            &(cp.seq as i64),
-            &(cp.created_at_ms as i64),
-            &(after.snapshot_bytes as i64),
-            &(after.deltas_since_snapshot as i32),
-            &(after.delta_bytes_since_snapshot as i64),
-            &versions,
+            (&task.as_bytes(), Type::BYTEA),
+            (&(cp.seq as i64), Type::INT8),
+            (&(cp.created_at_ms as i64), Type::INT8),
+            (&(after.snapshot_bytes as i64), Type::INT8),
+            (&(after.deltas_since_snapshot as i32), Type::INT4),
+            (&(after.delta_bytes_since_snapshot as i64), Type::INT8),
+            (&versions, Type::INT4_ARRAY),
         ],
     )
     .await?;

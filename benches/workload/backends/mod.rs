@@ -9,6 +9,12 @@ mod agentwal;
 mod fsync_floor;
 mod fsync_floor_group;
 mod okaywal;
+#[cfg(feature = "postgres")]
+pub mod pg_cluster;
+#[cfg(feature = "postgres")]
+mod postgres;
+#[cfg(feature = "postgres")]
+mod postgres_seed;
 mod sqlite;
 mod sqlite_delta;
 mod sqlite_seed;
@@ -23,6 +29,10 @@ use crate::measurement::Measurement;
 pub use self::agentwal::AGENTWAL;
 pub use self::fsync_floor_group::FSYNC_FLOOR_GROUP;
 pub use self::okaywal::OKAYWAL;
+#[cfg(feature = "postgres")]
+pub use self::postgres::AGENTWAL_POSTGRES;
+#[cfg(feature = "postgres")]
+pub use self::postgres_seed::POSTGRES_SEED;
 pub use self::sqlite_delta::SQLITE_DELTA;
 pub use self::sqlite_seed::SQLITE_SEED;
 
@@ -44,6 +54,11 @@ pub trait Backend: Sync {
     fn durable_per_commit(&self) -> bool {
         true
     }
+
+    /// Whether it runs against the run's PostgreSQL cluster (which `main` then starts).
+    fn needs_postgres(&self) -> bool {
+        false
+    }
 }
 
 /// Every backend, in the order of the tables and of the chart's bars.
@@ -56,6 +71,15 @@ pub static ALL: &[&dyn Backend] = &[
     &fsync_floor::FSYNC_FLOOR,
     &FSYNC_FLOOR_GROUP,
 ];
+
+/// The PostgreSQL suite (`AGENTWAL_BENCH_SUITE=postgres`, built with `--features
+/// postgres`): agentwal on PostgreSQL and `postgres-seed` on one throwaway cluster, with the
+/// local engine beside them.
+#[cfg(feature = "postgres")]
+pub static POSTGRES_SUITE: &[&dyn Backend] = &[&AGENTWAL, &AGENTWAL_POSTGRES, &POSTGRES_SEED];
+
+/// The PostgreSQL peers' names, for the note a build without `--features postgres` prints.
+pub const POSTGRES_PEERS: [&str; 2] = ["agentwal-postgres", "postgres-seed"];
 
 /// Whether `b` is `other`: backends are told apart by name, which is unique in [`ALL`].
 pub fn is(b: &dyn Backend, other: &dyn Backend) -> bool {

@@ -2,6 +2,8 @@
 //! formats both use.
 
 pub mod markdown;
+#[cfg(feature = "postgres")]
+pub mod postgres;
 pub mod svg;
 
 use crate::Run;
