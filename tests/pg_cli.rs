@@ -489,3 +489,42 @@ fn bad_addresses_get_clear_errors_and_exit_2() {
     assert_eq!(out.status.code(), Some(2));
     assert!(!stderr(&out).contains("s3cret"), "{}", stderr(&out));
 }
+
+/// Figures for DESIGN.md §7.13.8, run by hand: `cargo test --release --features postgres
+/// --test pg_cli -- --ignored --nocapture` with a cluster; `AGENTWAL_PG_CLI_TASKS` tasks of
+/// `AGENTWAL_PG_CLI_STEPS` commits each (default 50 and 200).
+#[test]
+#[ignore]
+fn migrate_figures() {
+    let tasks = common::env::env_u64("AGENTWAL_PG_CLI_TASKS").unwrap_or(50);
+    let steps = common::env::env_u64("AGENTWAL_PG_CLI_STEPS").unwrap_or(200) as i64;
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let store: Store = Store::open(dir.path()).unwrap();
+        for t in 0..tasks {
+            for i in 1..=steps {
+                store.commit(&format!("task-{t}"), &step(i)).unwrap();
+            }
+        }
+    }
+    let d = dir.path().to_str().unwrap();
+    let schema = common::pg::fresh_schema("cli_figures");
+    let started = Instant::now();
+    let report = migrate_json(d, &schema, &[]);
+    let migrate_ms = started.elapsed().as_millis();
+    let started = Instant::now();
+    let again = migrate_json(d, &schema, &[]);
+    let again_ms = started.elapsed().as_millis();
+    let started = Instant::now();
+    let verify = json(&["verify", &url(), "--schema", &schema]);
+    let verify_ms = started.elapsed().as_millis();
+    assert_eq!(
+        (report["verified"].as_bool(), verify["ok"].as_bool()),
+        (Some(true), Some(true))
+    );
+    println!(
+        "{tasks} tasks x {steps} steps: migrate {migrate_ms} ms ({} checkpoints; its own \
+         report: {} ms), again {again_ms} ms, verify on PostgreSQL {verify_ms} ms",
+        report["checkpoints"], again["elapsed_ms"]
+    );
+}

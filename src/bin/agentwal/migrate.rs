@@ -133,13 +133,14 @@ fn run(dir: &Path, url: &str, keep: Option<u32>, args: &PgArgs, json: bool) -> O
     }
     progress.finish_and_clear();
 
-    // The check: every task, copied now or before, reads the same there as here.
-    let progress = bar(tasks.len() as u64, "verifying");
+    // The check: every task copied now reads the same there as here (those already there
+    // were compared above, and found the same).
+    let progress = bar(to_copy.len() as u64, "verifying");
     let mut mismatches = Vec::new();
-    for task in &tasks {
+    for task in &to_copy {
         let diffs = pg.compare_task(&local, task)?;
         if !diffs.is_empty() {
-            mismatches.push((task.clone(), diffs));
+            mismatches.push((task.to_string(), diffs));
         }
         progress.inc(1);
     }
