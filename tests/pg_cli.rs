@@ -528,3 +528,36 @@ fn migrate_figures() {
         report["checkpoints"], again["elapsed_ms"]
     );
 }
+
+#[test]
+fn verify_passes_on_histories_written_on_postgresql() {
+    let schema = common::pg::fresh_schema("cli_native");
+    let options = PgOptions {
+        schema: schema.clone(),
+        snapshot_every: 2,
+        keep_checkpoints: Some(3),
+        ..PgOptions::default()
+    };
+    let pg: PgStore = PgStore::open(&common::pg::url(), options).unwrap();
+    for i in 1..=20 {
+        for task in ["a", "b", "c"] {
+            pg.commit(task, &step(i)).unwrap();
+        }
+    }
+    pg.fork("a", 19, "a2").unwrap();
+    pg.commit("a2", &step(50)).unwrap();
+    pg.delete_task("b").unwrap();
+    pg.begin_call("c", "k1", "tool", b"x").unwrap();
+    pg.finish_call("c", "k1", b"y").unwrap();
+    pg.begin_call("d", "k2", "tool", b"x").unwrap();
+    let v = json(&["verify", &url(), "--schema", &schema]);
+    assert_eq!(v["ok"], true, "{v}");
+    assert_eq!(v["tasks"], 4);
+    let tasks = json(&["tasks", &url(), "--schema", &schema]);
+    let a = &tasks["tasks"][0];
+    assert_eq!(
+        (a["task"].as_str(), a["checkpoints"].as_u64()),
+        (Some("a"), Some(3))
+    );
+    assert_eq!(tasks["tasks"][1]["forked_from"]["seq"], 19);
+}
