@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 cargo test --release --features tokio
 
 # The PostgreSQL backend: the API suite and the model-based test on both backends, leases
-# and fencing, then the fault probes (they kill and freeze the server, so they run last).
+# and fencing, the CLI on PostgreSQL (read commands on a URL, `migrate`), then the fault probes (they kill and freeze the server, so they run last).
 # A cluster that cannot start fails the run here: these tests are never skipped.
 if ! cluster_env=$(bash scripts/pg-cluster.sh start); then
     echo "FAILED: could not start a throwaway PostgreSQL cluster (see above); the PostgreSQL tests did not run" >&2
@@ -19,7 +19,7 @@ fi
 eval "$cluster_env"
 trap 'bash scripts/pg-cluster.sh stop "$AGENTWAL_PG_HOST"' EXIT
 echo "PostgreSQL test cluster at $AGENTWAL_PG_HOST"
-cargo test --release --features tokio,postgres --test task_store_api --test pg_model --test pg_lease --test pg_store --test pg_async
+cargo test --release --features tokio,postgres --test task_store_api --test pg_model --test pg_lease --test pg_store --test pg_async --test pg_cli
 cargo test --release --features tokio,postgres --test pg_faults -- --test-threads=1 --nocapture
 bash scripts/pg-cluster.sh stop "$AGENTWAL_PG_HOST"
 trap - EXIT

@@ -543,3 +543,19 @@ fn read_commands_beside_a_compacting_writer_answer_correctly_every_time() {
     eprintln!("{runs} rounds of verify, tasks, show and calls; all right, all exit 0");
     assert!(runs > 0);
 }
+
+#[cfg(not(feature = "postgres"))]
+#[test]
+fn a_postgres_url_without_the_feature_says_to_build_with_it() {
+    for args in [
+        vec!["tasks", "postgres://u@/db?host=/tmp"],
+        vec!["history", "--pg", "host=/tmp", "t"],
+        vec!["migrate", "/tmp", "postgresql://u@h/db"],
+    ] {
+        let out = agentwal(&args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let err = stderr(&out);
+        assert!(err.contains("--features postgres"), "{args:?}: {err}");
+        assert!(!err.contains("not an agentwal store"), "{err}");
+    }
+}

@@ -88,6 +88,9 @@ impl RowExt for Row {
 /// What every clone of a `PgStore` shares.
 pub(super) struct Shared {
     pub options: PgOptions,
+    /// Opened by `PgStore::open_read_only`: every write is refused with `Error::ReadOnly`
+    /// before it reaches the server, and the sessions are read-only on the server too.
+    pub read_only: bool,
     config: Config,
     /// Idle connections, most recently used last.
     idle: Mutex<Vec<Client>>,
@@ -97,7 +100,7 @@ pub(super) struct Shared {
 }
 
 impl Shared {
-    pub fn new(url: &str, options: PgOptions) -> Result<Self> {
+    pub fn new(url: &str, options: PgOptions, read_only: bool) -> Result<Self> {
         let mut config = Config::from_str(url).map_err(|e| {
             Error::InvalidArgument(format!(
                 "cannot parse the PostgreSQL address {url:?}: {e}; give a postgresql:// URL or key=value words"
@@ -105,10 +108,22 @@ impl Shared {
         })?;
         // A client that stopped mid-transaction (frozen, partitioned) must not hold its
         // task's row locks for ever: the server ends such a session after twice the deadline.
+        if config.get_hosts().is_empty() && config.get_hostaddrs().is_empty() {
+            return Err(Error::InvalidArgument(format!(
+                "the PostgreSQL address {url:?} names no host: add one (postgres://user@host/db), \
+                 or a socket directory (host=/run/postgresql, or ?host=/run/postgresql in a URL)"
+            )));
+        }
         let idle_ms = options.deadline.as_millis().saturating_mul(2).max(1000);
+        // A read-only handle's sessions refuse writes on the server too (SQLSTATE 25006).
+        let read_only_opt = if read_only {
+            " -c default_transaction_read_only=on"
+        } else {
+            ""
+        };
         config
             .options(format!(
-                "-c search_path={} -c idle_in_transaction_session_timeout={idle_ms}",
+                "-c search_path={} -c idle_in_transaction_session_timeout={idle_ms}{read_only_opt}",
                 options.schema
             ))
             .application_name("agentwal")
@@ -122,6 +137,7 @@ impl Shared {
             .map_err(|e| Error::io("starting the PostgreSQL client's runtime", e))?;
         Ok(Shared {
             options,
+            read_only,
             config,
             idle: Mutex::new(Vec::new()),
             rt,
@@ -158,6 +174,14 @@ impl Shared {
         let mut idle = self.idle.lock();
         if !client.is_closed() && idle.len() < self.options.pool_idle_max {
             idle.push(client);
+        }
+    }
+
+    /// `Error::ReadOnly` on a read-only handle: the first check of every call that writes.
+    pub fn writable(&self) -> Result<()> {
+        match self.read_only {
+            true => Err(Error::ReadOnly),
+            false => Ok(()),
         }
     }
 

@@ -51,6 +51,7 @@ impl<S: State> PgStore<S> {
         validate_id("task id", task, TASK_ID_BYTES_MAX)?;
         validate_id("holder name", holder, HOLDER_BYTES_MAX)?;
         let ttl_ms = check_ttl(ttl)?;
+        self.shared.writable()?;
         self.shared.run_read("acquiring a lease", async |c| {
             let row = c
                 .query_opt(
@@ -92,6 +93,7 @@ impl<S: State> PgStore<S> {
     /// was taken over; a lease that expired but was not taken over is renewed.
     pub fn renew(&self, lease: &Lease, ttl: Duration) -> Result<()> {
         let ttl_ms = check_ttl(ttl)?;
+        self.shared.writable()?;
         self.shared.run_read("renewing a lease", async |c| {
             let n = c
                 .execute(
@@ -110,6 +112,7 @@ impl<S: State> PgStore<S> {
     /// Ends `lease` now, so that another worker can acquire the task at once. Its epoch
     /// stays fenced like any older one. [`Error::Fenced`] if it was already taken over.
     pub fn release(&self, lease: &Lease) -> Result<()> {
+        self.shared.writable()?;
         self.shared.run_read("releasing a lease", async |c| {
             let n = c
                 .execute(

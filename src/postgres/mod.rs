@@ -17,6 +17,8 @@ mod api;
 #[cfg(feature = "tokio")]
 mod async_api;
 mod conn;
+mod import;
+mod inspect;
 mod lease;
 mod load;
 mod resolve;
@@ -30,6 +32,8 @@ use std::time::Duration;
 
 #[cfg(feature = "tokio")]
 pub use async_api::AsyncPgStore;
+pub use import::Imported;
+pub use inspect::{PgStats, PgVerifyReport};
 pub use lease::{HOLDER_BYTES_MAX, LEASE_TTL_MAX, Lease};
 pub use resolve::Resolution;
 
@@ -147,7 +151,7 @@ impl<S: State> PgStore<S> {
     /// and returns the store. Fails within the deadline if the server cannot be reached.
     pub fn open(url: &str, options: PgOptions) -> Result<Self> {
         options.validate()?;
-        let shared = conn::Shared::new(url, options.clone())?;
+        let shared = conn::Shared::new(url, options.clone(), false)?;
         let schema = options.schema.clone();
         shared.run_read("creating or migrating the schema", async |c| {
             schema::migrate(c, &schema).await
@@ -157,6 +161,31 @@ impl<S: State> PgStore<S> {
             lease: None,
             _state: PhantomData,
         })
+    }
+
+    /// Connects to the database at `url` for reading only: nothing is created or
+    /// migrated (a schema without agentwal's tables, or at another version, is an
+    /// `Error::Postgres` saying so), every write and lease call returns
+    /// [`Error::ReadOnly`] before it reaches the server, and the sessions are read-only on
+    /// the server too (`default_transaction_read_only`). What the CLI's read commands
+    /// open. Reads see the database as it is at each call (each load is one snapshot).
+    pub fn open_read_only(url: &str, options: PgOptions) -> Result<Self> {
+        options.validate()?;
+        let shared = conn::Shared::new(url, options.clone(), true)?;
+        let schema = options.schema.clone();
+        shared.run_read("opening the schema read-only", async |c| {
+            schema::check_readable(c, &schema).await
+        })?;
+        Ok(PgStore {
+            shared: Arc::new(shared),
+            lease: None,
+            _state: PhantomData,
+        })
+    }
+
+    /// Whether this handle was opened with [`open_read_only`](Self::open_read_only).
+    pub fn is_read_only(&self) -> bool {
+        self.shared.read_only
     }
 
     /// The options this handle was opened with.

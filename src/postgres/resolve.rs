@@ -45,7 +45,10 @@ impl<S: State> PgStore<S> {
     /// which seq), or that it did not and now never will. Waits for the write's transaction
     /// if the server still has it open; `Error::Postgres` if the server does not answer
     /// within the deadline (call again later).
+    /// A read-only handle refuses it ([`Error::ReadOnly`](crate::Error::ReadOnly)):
+    /// settling a write inserts its id.
     pub fn resolve(&self, write_id: &str) -> Result<Resolution> {
+        self.shared.writable()?;
         self.shared
             .run_read("resolving a write", async |c| resolve_on(c, write_id).await)
     }

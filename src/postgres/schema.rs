@@ -121,3 +121,47 @@ async fn migrate_locked(c: &mut Client, schema: &str) -> Attempt<()> {
     }
     Ok(())
 }
+
+/// What a read-only open checks instead of migrating: the schema holds agentwal's tables at
+/// this build's version. Creates nothing; every refusal says what to do.
+pub(super) async fn check_readable(c: &mut Client, schema: &str) -> Attempt<()> {
+    let refuse = |message: String| {
+        Fail::Api(Error::Postgres {
+            context: format!("opening schema {schema:?} read-only"),
+            message,
+        })
+    };
+    let row = c
+        .query_one(
+            "SELECT to_regclass(format('%I.schema_version', $1::text))::text IS NOT NULL,
+                    to_regclass(format('%I.tasks', $1::text))::text IS NOT NULL",
+            &[&schema],
+        )
+        .await?;
+    if !row.col::<bool>(0)? || !row.col::<bool>(1)? {
+        return Err(refuse(format!(
+            "this database has no agentwal tables in schema {schema:?}: nothing to read, and a \
+             read-only open creates nothing (a writer's PgStore::open or `agentwal migrate DIR URL` \
+             creates them; another schema: --schema NAME, PgOptions::schema)"
+        )));
+    }
+    let found: i32 = match c
+        .query_opt("SELECT version FROM schema_version WHERE id = 1", &[])
+        .await?
+    {
+        Some(row) => row.col(0)?,
+        None => 0,
+    };
+    if found > SCHEMA_VERSION {
+        return Err(refuse(format!(
+            "schema {schema:?} is at version {found}, newer than this build's {SCHEMA_VERSION}; upgrade agentwal"
+        )));
+    }
+    if found < SCHEMA_VERSION {
+        return Err(refuse(format!(
+            "schema {schema:?} is at version {found}, older than this build's {SCHEMA_VERSION}; a \
+             read-only open does not migrate it: open it once with a writer (PgStore::open) first"
+        )));
+    }
+    Ok(())
+}

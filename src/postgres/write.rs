@@ -48,6 +48,7 @@ impl Shared {
         landed: impl Fn(Option<u64>) -> T,
         f: impl AsyncFn(&mut Client, &str) -> Attempt<T>,
     ) -> Result<T> {
+        self.writable()?;
         let deadline = self.deadline();
         self.block_on(async {
             let mut last = String::from("no attempt finished");

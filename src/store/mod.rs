@@ -8,6 +8,7 @@ mod commit;
 mod compaction;
 mod deferred;
 mod delete;
+mod export;
 mod fork;
 mod gate;
 mod index;
@@ -29,6 +30,8 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 pub use crate::log::COMPACTION_DEAD_BYTES_MIN;
 #[cfg_attr(not(feature = "tokio"), allow(unused_imports))]
 pub(crate) use deferred::{Deferred, Reply};
+#[cfg_attr(not(feature = "postgres"), allow(unused_imports))]
+pub(crate) use export::RawCheckpoint;
 pub use inspect::{
     BodyCheck, CallInfo, RecordSummary, TaskInfo, UndecodedBodies, VerifyReport, describe_record,
 };

@@ -2,20 +2,20 @@
 //! tool calls.
 
 use std::collections::BTreeMap;
-use std::path::Path;
 
 use agentwal::{AgentState, Checkpoint, CheckpointInfo, Error};
 use serde_json::{Value as J, json};
 
 use super::{NOT_AGENT_STATE, unknown_task};
-use crate::open::open;
+use crate::open::{Opened, Target};
 use crate::render::{self, print_json};
 use crate::{Failure, Outcome};
 
 /// Runs `agentwal show`.
-pub fn show(dir: &Path, task: &str, seq: Option<u64>, json: bool) -> Outcome {
-    let store = open(dir)?;
-    unknown_task(&store, task)?;
+pub fn show(target: &Target, task: &str, seq: Option<u64>, json: bool) -> Outcome {
+    let opened = Opened::open(target)?;
+    unknown_task(&opened, task)?;
+    let store = opened.api();
     let loaded = match seq {
         Some(seq) => store.load(task, seq),
         None => store.load_latest(task),
@@ -120,8 +120,8 @@ fn print_map(name: &str, map: &BTreeMap<String, agentwal::Value>) {
 }
 
 /// Runs `agentwal calls`.
-pub fn calls(dir: &Path, task: &str, json: bool) -> Outcome {
-    let store = open(dir)?;
+pub fn calls(target: &Target, task: &str, json: bool) -> Outcome {
+    let store = Opened::open(target)?;
     unknown_task(&store, task)?;
     let calls = store.calls(task)?;
     if json {

@@ -1,18 +1,16 @@
 //! `agentwal tasks` and `agentwal history`: the tasks of a store, and one task's
 //! checkpoints.
 
-use std::path::Path;
-
 use serde_json::{Value as J, json};
 
 use super::unknown_task;
 use crate::Outcome;
-use crate::open::open;
+use crate::open::{Opened, Target};
 use crate::render::{self, print_json};
 
 /// Runs `agentwal tasks`.
-pub fn tasks(dir: &Path, json: bool) -> Outcome {
-    let store = open(dir)?;
+pub fn tasks(target: &Target, json: bool) -> Outcome {
+    let store = Opened::open(target)?;
     let infos = store.task_infos()?;
     if json {
         let tasks: Vec<J> = infos
@@ -48,10 +46,10 @@ pub fn tasks(dir: &Path, json: bool) -> Outcome {
 }
 
 /// Runs `agentwal history`.
-pub fn history(dir: &Path, task: &str, json: bool) -> Outcome {
-    let store = open(dir)?;
+pub fn history(target: &Target, task: &str, json: bool) -> Outcome {
+    let store = Opened::open(target)?;
     unknown_task(&store, task)?;
-    let cps = store.list_checkpoints(task)?;
+    let cps = store.api().list_checkpoints(task)?;
     if json {
         let list: Vec<J> = cps
             .iter()

@@ -9,7 +9,9 @@ use agentwal::{AgentState, BodyCheck, Error, Store, VerifyReport};
 use serde_json::{Value as J, json};
 
 use super::NOT_AGENT_STATE;
-use crate::open::reopening;
+#[cfg(feature = "postgres")]
+use crate::open::Opened;
+use crate::open::{Target, reopening};
 use crate::progress::spinner;
 use crate::render::{self, print_json};
 use crate::{Failure, Outcome};
@@ -29,7 +31,75 @@ type Segments = BTreeMap<u64, SegmentSummary>;
 type ErrorReport = (String, (Option<String>, Option<u64>));
 
 /// Runs `agentwal verify`.
-pub fn verify(dir: &Path, json: bool) -> Outcome {
+pub fn verify(target: &Target, json: bool) -> Outcome {
+    match target {
+        Target::Dir(dir) => verify_dir(dir, json),
+        #[cfg(feature = "postgres")]
+        Target::Pg(..) => verify_pg(target, json),
+        #[cfg(not(feature = "postgres"))]
+        Target::Pg(url, _) => Err(crate::open::no_postgres(url)),
+    }
+}
+
+/// `verify` of a PostgreSQL store: every task's rows (consecutive seqs from a fold base,
+/// counters, origins, times), every body tried as [`AgentState`], the journal. Damage
+/// (exit 1) is every problem found, listed; a failure to read is exit 2.
+#[cfg(feature = "postgres")]
+fn verify_pg(target: &Target, json: bool) -> Outcome {
+    let Opened::Pg(store, name) = Opened::open(target)? else {
+        return Err(Failure::Usage("not a PostgreSQL store".into()));
+    };
+    let spin = spinner("checking rows");
+    let checked = store.verify_with(BodyCheck::Try);
+    spin.finish_and_clear();
+    let (report, error) = match checked {
+        Ok(r) => (Some(r), None),
+        Err(e) => (None, Some(e)),
+    };
+    let problems = report.as_ref().map_or(&[][..], |r| &r.problems[..]);
+    let failure = match (&error, problems.first()) {
+        (Some(e), _) => Some(Failure::Usage(e.to_string())),
+        (None, Some(first)) => Some(Failure::Problem(format!(
+            "{} problem(s) in {name}; the first: {first}",
+            problems.len()
+        ))),
+        (None, None) => None,
+    };
+    let corruption = matches!(failure, Some(Failure::Problem(_)));
+    let message = match &failure {
+        Some(Failure::Problem(m) | Failure::Usage(m)) => Some(m.clone()),
+        None => None,
+    };
+    let checked = report.as_ref().map(|r| &r.checked);
+    if json {
+        let mut out = report_json(
+            &Segments::new(),
+            checked,
+            message.map(|m| (m, (None, None))),
+            corruption,
+        );
+        out["problems"] = json!(problems);
+        print_json(&out);
+    } else {
+        println!("PostgreSQL store: {name}");
+        print_report(&Segments::new(), checked, corruption);
+        for p in problems {
+            println!("PROBLEM {p}");
+        }
+    }
+    match failure {
+        Some(f) => Err(f),
+        None => {
+            if !json {
+                println!("ok");
+            }
+            Ok(())
+        }
+    }
+}
+
+/// `verify` of a store directory.
+fn verify_dir(dir: &Path, json: bool) -> Outcome {
     let (segments, log_error) = scan_segments(dir)?;
     // Bodies are only tried as AgentState: a store of another state type verifies all the
     // same, its bodies listed as not decoded.
@@ -123,6 +193,16 @@ fn print_report_json(
     error: Option<ErrorReport>,
     corruption: bool,
 ) {
+    print_json(&report_json(segments, report, error, corruption));
+}
+
+/// The JSON of a verify, on either backend.
+fn report_json(
+    segments: &Segments,
+    report: Option<&VerifyReport>,
+    error: Option<ErrorReport>,
+    corruption: bool,
+) -> J {
     let segs: Vec<J> = segments
         .iter()
         .map(|(id, s)| {
@@ -135,7 +215,7 @@ fn print_report_json(
         .flat_map(|r| &r.bodies_not_decoded)
         .map(|u| json!({"schema_version": u.schema_version, "count": u.count, "reason": u.reason}))
         .collect();
-    print_json(&json!({
+    json!({
         "ok": error.is_none(), "segments": segs,
         "tasks": report.map(|r| r.tasks), "checkpoints": report.map(|r| r.checkpoints),
         "calls": report.map(|r| r.calls),
@@ -144,10 +224,18 @@ fn print_report_json(
         "error": error.map(|(e, (segment, offset))| json!({
             "message": e, "corruption": corruption, "segment": segment, "offset": offset,
         })),
-    }));
+    })
 }
 
 fn print_report(segments: &Segments, report: Option<&VerifyReport>, corruption: bool) {
+    // A PostgreSQL store has no segments (a local one always has one at least).
+    if !segments.is_empty() {
+        print_segments(segments, corruption);
+    }
+    print_checked(report);
+}
+
+fn print_segments(segments: &Segments, corruption: bool) {
     println!(
         "{:<26} {:>9} {:>10} {:>21} STATUS",
         "SEGMENT", "RECORDS", "BYTES", "LSN"
@@ -171,6 +259,9 @@ fn print_report(segments: &Segments, report: Option<&VerifyReport>, corruption: 
             lsns
         );
     }
+}
+
+fn print_checked(report: Option<&VerifyReport>) {
     if let Some(r) = report {
         println!(
             "{} task(s), {} checkpoint record(s), {} call(s) checked; {} checkpoint {} decoded as AgentState",

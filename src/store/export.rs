@@ -1,0 +1,59 @@
+//! Raw checkpoint records, read back as stored, for copying a store into another backend
+//! (`agentwal migrate`, `src/postgres/import.rs`): the body bytes exactly as the record
+//! holds them, with its schema version, so a copy needs neither the state type nor a
+//! re-encoding.
+
+use super::backend::read_record;
+use super::codec::Body;
+use super::load::indexed_checkpoint;
+use super::{Store, TASK_ID_BYTES_MAX, validate_id};
+use crate::error::Result;
+use crate::state::State;
+
+/// One checkpoint record of a task, as stored.
+#[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct RawCheckpoint {
+    pub seq: u64,
+    pub created_at_ms: u64,
+    /// `State::VERSION` of the program that wrote it.
+    pub schema_version: u32,
+    /// A full state (else a delta on the previous checkpoint's state).
+    pub snapshot: bool,
+    /// The postcard encoding of the state or delta.
+    pub body: Vec<u8>,
+    /// The fork origin a task's seq 1 records.
+    pub origin: Option<(String, u64)>,
+}
+
+impl<S: State> Store<S> {
+    /// Checkpoint `seq` of `task` as its record stores it; `None` if the index holds no
+    /// such checkpoint (unknown task, deleted, or forgotten by compaction). The record is
+    /// checked to be that checkpoint, as every load checks it.
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+    pub(crate) fn raw_checkpoint(&self, task: &str, seq: u64) -> Result<Option<RawCheckpoint>> {
+        validate_id("task id", task, TASK_ID_BYTES_MAX)?;
+        let Some(slot) = self.inner.index.get(task) else {
+            return Ok(None);
+        };
+        let _reading = self.inner.relocation.read();
+        let pos = {
+            let data = slot.data.read();
+            match data.checkpoint(seq) {
+                Some(entry) if !data.deleted => entry.pos,
+                _ => return Ok(None),
+            }
+        };
+        read_record(&*self.inner.backend, pos, |rec| {
+            let c = indexed_checkpoint(&rec, task, seq)?;
+            Ok(Some(RawCheckpoint {
+                seq,
+                created_at_ms: c.created_at_ms,
+                schema_version: c.schema_version,
+                snapshot: c.body_kind == Body::Snapshot,
+                body: c.body.to_vec(),
+                origin: c.origin.map(|o| (o.task.to_string(), o.seq)),
+            }))
+        })
+    }
+}
