@@ -20,7 +20,12 @@ eval "$cluster_env"
 trap 'bash scripts/pg-cluster.sh stop "$AGENTWAL_PG_HOST"' EXIT
 echo "PostgreSQL test cluster at $AGENTWAL_PG_HOST"
 cargo test --release --features tokio,postgres --test task_store_api --test pg_model --test pg_lease --test pg_store
+# Two worker processes contending for 100 tasks through leases, one SIGKILLed and frozen.
+cargo test --release --features tokio,postgres --test pg_workers -- --nocapture
 cargo test --release --features tokio,postgres --test pg_faults -- --test-threads=1 --nocapture
+# Host loss: each test makes its own primary and synchronous standby (pg-cluster.sh
+# standby) and removes them; a pair that cannot start fails the run.
+cargo test --release --features tokio,postgres --test pg_host_loss -- --test-threads=1 --nocapture
 bash scripts/pg-cluster.sh stop "$AGENTWAL_PG_HOST"
 trap - EXIT
 

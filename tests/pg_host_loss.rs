@@ -444,3 +444,42 @@ fn a_deadline_does_not_cut_the_wait_for_the_standby() {
         started.elapsed().as_millis()
     );
 }
+
+/// Regression: a commit whose wait for the standby ends because its backend was
+/// terminated (`pg_terminate_backend`; a fast shutdown does the same) is committed on the
+/// primary only. The client gets no answer, settles the write on a fresh connection and,
+/// before the fix, found it `Landed` there at once and acknowledged it. Now settling waits
+/// for the standby too, so with the standby frozen the commit ends `Indeterminate`.
+#[test]
+fn a_terminated_wait_for_the_standby_is_not_acknowledged() {
+    let _serial = common::serial();
+    let pair = Pair::start();
+    let deadline = Duration::from_millis(1500);
+    let store: PgStore = PgStore::open(&url(&pair.primary), options(deadline))
+        .expect("open a PgStore on the primary");
+    assert_eq!(store.commit(TASK, &step(1)).expect("commit step 1"), 1);
+    let standby_pids = Pair::pids(&pair.standby);
+    signal("-STOP", &standby_pids);
+    let outcome = std::thread::scope(|s| {
+        let commit = s.spawn(|| store.commit(TASK, &step(2)));
+        let until = Instant::now() + Duration::from_secs(1);
+        let waiting = "SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'SyncRep'";
+        while psql(&pair.primary, waiting) != "1" {
+            assert!(
+                Instant::now() < until,
+                "the commit never waited for the standby"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        psql(
+            &pair.primary,
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE wait_event = 'SyncRep'",
+        );
+        commit.join().expect("the commit thread")
+    });
+    signal("-CONT", &standby_pids);
+    assert!(
+        matches!(outcome, Err(Error::Indeterminate { .. })),
+        "a commit the standby has not confirmed was reported as {outcome:?}"
+    );
+}
