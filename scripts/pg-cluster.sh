@@ -8,6 +8,13 @@
 #   scripts/pg-cluster.sh pids  BASE        # the postmaster's pid, then its children's
 #   scripts/pg-cluster.sh start-again BASE  # start after a kill: waits for the old pids first
 #   scripts/pg-cluster.sh stop  BASE        # stop the server, remove BASE
+#   scripts/pg-cluster.sh standby BASE      # a synchronous standby of BASE's server, in a new
+#                                           # base dir (its own data dir and socket dir):
+#                                           # prints `export AGENTWAL_PG_STANDBY_HOST=...`
+#                                           # once BASE reports it `sync_state = 'quorum'`
+#   scripts/pg-cluster.sh promote SBASE     # promote that standby (`pg_ctl promote -w`)
+#
+# A standby is stopped and removed like any cluster (`stop SBASE`).
 #
 # `start` installs Debian's `postgresql` when no /usr/lib/postgresql/*/bin exists, and exits
 # non-zero saying why whenever the server does not come up: nothing here skips silently.
@@ -82,6 +89,40 @@ start-again)
     [ -z "$(pids "$base")" ] || die "the old server's processes did not exit"
     start_server "$base" "$bin"
     ;;
+standby)
+    primary=${2:?usage: pg-cluster.sh standby BASE}
+    bin=$(pg_bin)
+    [ -n "$(pids "$primary")" ] || die "no server running at $primary"
+    sb=$(mktemp -d /tmp/agentwal-pg.XXXXXX)
+    chmod 700 "$sb"
+    [ "$(id -u)" -ne 0 ] || chown postgres: "$sb"
+    # -R writes standby.signal and primary_conninfo (with application_name=s1, the name
+    # synchronous_standby_names lists); -X stream: the WAL of the copy comes with it.
+    as_owner "$bin/pg_basebackup" -D "$sb/data" -R -X stream -c fast \
+        -d "host=$primary user=postgres application_name=s1" >"$sb/basebackup.log" 2>&1 \
+        || { cat "$sb/basebackup.log" >&2; die "pg_basebackup failed"; }
+    # The copy has the primary's postgresql.conf: its own socket directory (later lines win).
+    printf "unix_socket_directories = '%s'\n" "$sb" >>"$sb/data/postgresql.conf"
+    start_server "$sb" "$bin"
+    as_owner "$bin/psql" -h "$primary" -U postgres -d postgres -qAt \
+        -c "ALTER SYSTEM SET synchronous_standby_names = 'ANY 1 (s1)'" \
+        -c "SELECT pg_reload_conf()" >/dev/null || die "cannot set synchronous_standby_names"
+    state=
+    for _ in $(seq 1 200); do
+        state=$(as_owner "$bin/psql" -h "$primary" -U postgres -d postgres -qAt \
+            -c "SELECT sync_state FROM pg_stat_replication WHERE application_name = 's1'" || true)
+        [ "$state" = quorum ] && break
+        sleep 0.05
+    done
+    [ "$state" = quorum ] || { tail -20 "$sb/log" >&2 || true; die "the standby did not become synchronous (sync_state: '${state:-none}')"; }
+    echo "export AGENTWAL_PG_STANDBY_HOST='$sb' AGENTWAL_PG_STANDBY_DATA='$sb/data'"
+    ;;
+promote)
+    sb=${2:?usage: pg-cluster.sh promote SBASE}
+    bin=$(pg_bin)
+    as_owner "$bin/pg_ctl" -D "$sb/data" -w -t 60 promote >/dev/null \
+        || { tail -20 "$sb/log" >&2 || true; die "pg_ctl promote failed (log above: $sb/log)"; }
+    ;;
 pids)
     pids "${2:?usage: pg-cluster.sh pids BASE}"
     ;;
@@ -97,6 +138,6 @@ stop)
     rm -rf "$base"
     ;;
 *)
-    die "usage: pg-cluster.sh start | start-again BASE | pids BASE | stop BASE"
+    die "usage: pg-cluster.sh start | start-again BASE | pids BASE | standby BASE | promote SBASE | stop BASE"
     ;;
 esac

@@ -10,7 +10,9 @@ cd "$(dirname "$0")/.."
 cargo test --release --features tokio
 
 # The PostgreSQL backend: the API suite and the model-based test on both backends, leases
-# and fencing, the CLI on PostgreSQL (read commands on a URL, `migrate`), then the fault probes (they kill and freeze the server, so they run last).
+# and fencing, the async API on PostgreSQL, the CLI on PostgreSQL (read commands on a URL,
+# `migrate`), then the fault probes (they kill and freeze the server, so they run last, with
+# the host-loss and contending-worker probes).
 # A cluster that cannot start fails the run here: these tests are never skipped.
 if ! cluster_env=$(bash scripts/pg-cluster.sh start); then
     echo "FAILED: could not start a throwaway PostgreSQL cluster (see above); the PostgreSQL tests did not run" >&2
@@ -20,7 +22,12 @@ eval "$cluster_env"
 trap 'bash scripts/pg-cluster.sh stop "$AGENTWAL_PG_HOST"' EXIT
 echo "PostgreSQL test cluster at $AGENTWAL_PG_HOST"
 cargo test --release --features tokio,postgres --test task_store_api --test pg_model --test pg_lease --test pg_store --test pg_async --test pg_cli
-cargo test --release --features tokio,postgres --test pg_faults -- --test-threads=1 --nocapture
+# One build, one test at a time, figures printed: the fault probes; host loss (each test
+# makes its own primary and synchronous standby with pg-cluster.sh standby and removes them;
+# a pair that cannot start fails the run); two worker processes contending for 100 tasks
+# through leases, one SIGKILLed and frozen (on the restarted server, after the probes).
+cargo test --release --features tokio,postgres --test pg_faults --test pg_host_loss --test pg_workers \
+    -- --test-threads=1 --nocapture
 bash scripts/pg-cluster.sh stop "$AGENTWAL_PG_HOST"
 trap - EXIT
 

@@ -23,9 +23,18 @@ pub enum Resolution {
 /// Declares write `id` not landed unless it did: the insert of the id as not landed waits
 /// while a transaction that inserted it is still open, and succeeds only if none committed
 /// it, after which no transaction can (the id is the table's key).
+///
+/// The statement always writes a row version (on a conflict, an update that changes
+/// nothing), so its own COMMIT waits for a synchronous standby, up to a WAL position past
+/// the write's commit record. Without that, a write whose backend was terminated while it
+/// waited for the standby (`pg_terminate_backend`, a fast shutdown: the server then
+/// answers nothing) would resolve as `Landed` on the primary at once, committed locally
+/// but perhaps never replicated; now `Landed` comes back only once the standby has it
+/// (DESIGN.md §7.13.5).
 pub(super) async fn resolve_on(c: &mut Client, id: &str) -> Attempt<Resolution> {
     c.execute(
-        "INSERT INTO writes (write_id, landed) VALUES ($1, false) ON CONFLICT (write_id) DO NOTHING",
+        "INSERT INTO writes (write_id, landed) VALUES ($1, false)
+         ON CONFLICT (write_id) DO UPDATE SET landed = writes.landed",
         &[&id],
     )
     .await?;

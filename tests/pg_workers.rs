@@ -1,0 +1,541 @@
+//! Two worker processes contending for tasks through leases, on the PostgreSQL backend,
+//! while one of them is SIGKILLed at random moments and restarted, or frozen (SIGSTOP)
+//! past its lease's ttl and resumed.
+//!
+//! Each worker (a child re-executing this test binary) loops over the unfinished tasks in
+//! random order: it acquires a task's lease (skipping a task whose lease is held), loads
+//! the task and runs its remaining steps. A step is a tool call through the journal whose
+//! side effect appends a line to the task's outbox file, keyed by the call id: the worker
+//! reads `call_result` first, else `begin_call`s (idempotent for a pending call), sends
+//! through the outbox *unless the outbox already has the call* (the call was left pending
+//! by a killed worker after its effect), `finish_call`s, then `commit_if`s the step and
+//! renews the lease. The outbox plays an external system that honours fencing tokens: a
+//! line carries the lease epoch, and a send under an epoch older than one the outbox has
+//! seen for the task is refused. A worker that meets `Error::Fenced` (or any failure)
+//! drops the task and goes on with others; it releases a task's lease when its last step
+//! is committed.
+//!
+//! At the end: every task has all its steps committed, in order, loadable at each seq;
+//! each call has its result and no call is pending; each task's outbox holds each call
+//! exactly once; no (task, seq) was acknowledged twice and each acknowledged step is the
+//! one in the history, under the epoch it was acknowledged with; epochs never go back in
+//! a task's history; and every commit refused with `Fenced` is absent (the step at that
+//! seq was written under another epoch).
+//!
+//! Size: `AGENTWAL_PG_WORKERS_TASKS` tasks (default 100) of `AGENTWAL_PG_WORKERS_STEPS`
+//! steps (default 5), CI's budget. A longer run:
+//! `AGENTWAL_PG_WORKERS_TASKS=1000 AGENTWAL_PG_WORKERS_STEPS=10 cargo test --release
+//! --features postgres --test pg_workers -- --nocapture` (with a cluster from
+//! `scripts/pg-cluster.sh`).
+#![cfg(feature = "postgres")]
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs::OpenOptions;
+use std::io::{BufRead, BufReader, Read, Seek, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc::{Receiver, channel};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use agentwal::postgres::{Lease, PgOptions, PgStore};
+use agentwal::{AgentDelta, AgentState, Checkpoint, Error, Message};
+use common::env::env_u64;
+use common::rng::Rng;
+
+const TASKS_ENV: &str = "AGENTWAL_PG_WORKERS_TASKS";
+const STEPS_ENV: &str = "AGENTWAL_PG_WORKERS_STEPS";
+/// Child mode: the schema of the run.
+const SCHEMA_ENV: &str = "AGENTWAL_PG_WORKER_SCHEMA";
+const OUTBOX_ENV: &str = "AGENTWAL_PG_WORKER_OUTBOX";
+const NAME_ENV: &str = "AGENTWAL_PG_WORKER_NAME";
+/// A lease's ttl; renewed after every step (a step takes 5 to 30 ms).
+const TTL: Duration = Duration::from_millis(500);
+/// A worker's lines to the parent start with this (the harness may print before it).
+const MARK: &str = "@ ";
+
+fn tasks() -> u64 {
+    env_u64(TASKS_ENV).unwrap_or(100)
+}
+
+fn steps() -> u64 {
+    env_u64(STEPS_ENV).unwrap_or(5)
+}
+
+fn seed() -> u64 {
+    env_u64("AGENTWAL_PG_PROBE_SEED").unwrap_or_else(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(1, |d| d.as_nanos() as u64)
+    })
+}
+
+fn options(schema: String) -> PgOptions {
+    PgOptions {
+        deadline: Duration::from_secs(3),
+        snapshot_every: 2,
+        schema,
+        ..PgOptions::default()
+    }
+}
+
+fn task_name(i: u64) -> String {
+    format!("task{i:04}")
+}
+
+fn call_id(task: &str, k: u64) -> String {
+    format!("{task}-step{k}")
+}
+
+fn call_result(call: &str) -> Vec<u8> {
+    format!("sent {call}").into_bytes()
+}
+
+/// Step `k`'s delta: its message is `K CALL EPOCH HOLDER`.
+fn step(k: u64, call: &str, lease: &Lease) -> AgentDelta {
+    AgentDelta::default()
+        .message(Message::user(format!(
+            "{k} {call} {} {}",
+            lease.epoch, lease.holder
+        )))
+        .set("k", k as i64)
+}
+
+/// A step as the history holds it: (k, call id, epoch).
+fn parse_step(m: &Message) -> (u64, String, u64) {
+    let w: Vec<&str> = m.content.split(' ').collect();
+    assert_eq!(w.len(), 4, "a step message: {:?}", m.content);
+    (
+        w[0].parse().expect("a step number"),
+        w[1].to_string(),
+        w[2].parse().expect("an epoch"),
+    )
+}
+
+// ---------------------------------------------------------------------------------------
+// The outbox: one file per task, a line `CALL EPOCH` per side effect.
+
+enum Sent {
+    /// The effect happened now.
+    Now,
+    /// The outbox already had this call: a killed worker sent it, its result unrecorded.
+    Already,
+    /// A newer epoch has written to this task's outbox: this sender was fenced.
+    Refused,
+}
+
+/// Sends `call` once, under the outbox's lock: never twice, and never under an epoch older
+/// than one the task's outbox has seen.
+fn send_once(outbox: &Path, task: &str, call: &str, epoch: u64) -> Sent {
+    let path = outbox.join(format!("{task}.txt"));
+    let mut file = OpenOptions::new()
+        .read(true)
+        .append(true)
+        .create(true)
+        .open(&path)
+        .unwrap_or_else(|e| panic!("open the outbox {}: {e}", path.display()));
+    file.lock().expect("lock the outbox");
+    let mut text = String::new();
+    file.rewind().expect("rewind the outbox");
+    file.read_to_string(&mut text).expect("read the outbox");
+    let mut newest = 0;
+    for line in text.lines() {
+        let (c, e) = line.split_once(' ').expect("an outbox line");
+        if c == call {
+            return Sent::Already;
+        }
+        newest = newest.max(e.parse::<u64>().expect("an outbox epoch"));
+    }
+    if newest > epoch {
+        return Sent::Refused;
+    }
+    // One write(2) of a whole line: a SIGKILL leaves it written or not.
+    file.write_all(format!("{call} {epoch}\n").as_bytes())
+        .expect("append to the outbox");
+    Sent::Now
+}
+
+// ---------------------------------------------------------------------------------------
+// The worker child
+
+/// A worker's report line.
+fn say(line: &str) {
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{MARK}{line}").expect("worker: write to the parent");
+    out.flush().expect("worker: flush to the parent");
+}
+
+/// Why a worker dropped a task.
+enum Dropped {
+    /// `Error::Fenced` (or the outbox's refusal) at operation `op`, step `k`.
+    Fenced(&'static str, u64),
+    Other(Error),
+}
+
+/// Runs the remaining steps of `lease.task`.
+fn work(
+    store: &PgStore,
+    lease: &Lease,
+    steps: u64,
+    outbox: &Path,
+    rng: &mut Rng,
+) -> std::result::Result<(), Dropped> {
+    let h = store.with_lease(lease);
+    let task = lease.task.as_str();
+    let on = |op: &'static str, k: u64| {
+        move |e: Error| match e {
+            Error::Fenced { .. } => Dropped::Fenced(op, k),
+            e => Dropped::Other(e),
+        }
+    };
+    let mut seq = h
+        .load_latest(task)
+        .map_err(on("load", 0))?
+        .map_or(0, |c| c.seq);
+    while seq < steps {
+        let k = seq + 1;
+        let call = call_id(task, k);
+        // The model's think time, outside any transaction (the parent freezes a worker
+        // here, so that its lease can run out while it holds no row lock).
+        say(&format!("think {task} {k}"));
+        std::thread::sleep(Duration::from_millis(5 + rng.below(10)));
+        if h.call_result(task, &call)
+            .map_err(on("call_result", k))?
+            .is_none()
+        {
+            h.begin_call(task, &call, "outbox", call.as_bytes())
+                .map_err(on("begin_call", k))?;
+            match send_once(outbox, task, &call, lease.epoch) {
+                Sent::Now | Sent::Already => {}
+                Sent::Refused => return Err(Dropped::Fenced("outbox", k)),
+            }
+            h.finish_call(task, &call, &call_result(&call))
+                .map_err(on("finish_call", k))?;
+        }
+        seq = h
+            .commit_if(task, seq, &step(k, &call, lease))
+            .map_err(on("commit", k))?;
+        say(&format!("ack {task} {seq} {}", lease.epoch));
+        store.renew(lease, TTL).map_err(on("renew", k))?;
+    }
+    store.release(lease).map_err(on("release", steps))?;
+    Ok(())
+}
+
+/// Child mode: runs only when the parent sets `AGENTWAL_PG_WORKER_SCHEMA`. Exits when
+/// every task is complete.
+#[test]
+fn child_worker() {
+    let Ok(schema) = std::env::var(SCHEMA_ENV) else {
+        return;
+    };
+    let outbox = PathBuf::from(std::env::var(OUTBOX_ENV).expect("worker: the outbox dir"));
+    let name = std::env::var(NAME_ENV).expect("worker: its name");
+    let (tasks, steps) = (tasks(), steps());
+    let store: PgStore =
+        PgStore::open(&common::pg::url(), options(schema)).expect("worker: open a PgStore");
+    let mut rng = Rng(seed() ^ u64::from(std::process::id()));
+    let mut done = vec![false; tasks as usize];
+    while done.iter().any(|d| !d) {
+        // Tasks in progress first (a killed or frozen worker's, whose lease may have run
+        // out), then the others, each group in random order.
+        let mut started = Vec::new();
+        let mut fresh = Vec::new();
+        let open: Vec<u64> = (0..tasks).filter(|&i| !done[i as usize]).collect();
+        for i in open {
+            match store.load_latest(&task_name(i)) {
+                Ok(Some(cp)) if cp.seq == steps => done[i as usize] = true,
+                Ok(Some(_)) => started.push(i),
+                Ok(None) => fresh.push(i),
+                Err(e) => say(&format!("error load {}: {e}", task_name(i))),
+            }
+        }
+        let mut worked = false;
+        for mut group in [started, fresh] {
+            for i in (1..group.len()).rev() {
+                group.swap(i, rng.below(i as u64 + 1) as usize);
+            }
+            for i in group {
+                let task = task_name(i);
+                let lease = match store.acquire(&task, &name, TTL) {
+                    Ok(lease) => lease,
+                    Err(Error::LeaseHeld { .. }) => continue,
+                    Err(e) => {
+                        say(&format!("error acquire {task}: {e}"));
+                        continue;
+                    }
+                };
+                worked = true;
+                match work(&store, &lease, steps, &outbox, &mut rng) {
+                    Ok(()) => done[i as usize] = true,
+                    Err(Dropped::Fenced(op, k)) => {
+                        say(&format!("fenced {task} {} {op} {k}", lease.epoch))
+                    }
+                    Err(Dropped::Other(e)) => say(&format!("error {task}: {e}")),
+                }
+                // Back to the tasks in progress first.
+                break;
+            }
+            if worked {
+                break;
+            }
+        }
+        if !worked {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    say("done");
+}
+
+// ---------------------------------------------------------------------------------------
+// The parent
+
+struct Worker {
+    child: Child,
+    lines: JoinHandle<Vec<String>>,
+    /// The same lines as they come.
+    live: Receiver<String>,
+}
+
+fn spawn_worker(schema: &str, outbox: &Path, name: &str) -> Worker {
+    let mut child = Command::new(std::env::current_exe().expect("the test binary"))
+        .args(["--exact", "child_worker", "--nocapture", "--test-threads=1"])
+        .env(SCHEMA_ENV, schema)
+        .env(OUTBOX_ENV, outbox)
+        .env(NAME_ENV, name)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn a worker");
+    let stdout = child.stdout.take().expect("a worker's stdout");
+    let (tx, live) = channel();
+    let lines = std::thread::spawn(move || {
+        BufReader::new(stdout)
+            .lines()
+            .map_while(|l| l.ok())
+            .filter_map(|l| l.find(MARK).map(|at| l[at + MARK.len()..].to_string()))
+            .inspect(|l| {
+                let _ = tx.send(l.clone());
+            })
+            .collect()
+    });
+    Worker { child, lines, live }
+}
+
+fn signal(sig: &str, pid: u32) {
+    // The worker may have just exited: not an error, so the status is not checked.
+    Command::new("kill")
+        .arg(sig)
+        .arg(pid.to_string())
+        .stderr(Stdio::null())
+        .status()
+        .expect("run kill");
+}
+
+#[test]
+fn two_workers_contend_for_tasks_through_leases() {
+    let seed = seed();
+    let mut rng = Rng(seed);
+    let ctx = format!("two workers (AGENTWAL_PG_PROBE_SEED={seed})");
+    let (tasks, steps) = (tasks(), steps());
+    let store: PgStore = common::pg::store("workers", options(String::new()));
+    let schema = store.options().schema.clone();
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let outbox = dir.path().join("outbox");
+    std::fs::create_dir(&outbox).expect("create the outbox dir");
+    let started = Instant::now();
+    let limit = Duration::from_secs(60) + Duration::from_millis(30 * tasks * steps);
+
+    let mut stable = spawn_worker(&schema, &outbox, "a");
+    let mut victim = Some(spawn_worker(&schema, &outbox, "b0"));
+    let (mut kills, mut freezes) = (0u64, 0u64);
+    let mut lines: Vec<String> = Vec::new();
+    loop {
+        std::thread::sleep(Duration::from_millis(50 + rng.below(250)));
+        if stable.child.try_wait().expect("poll worker a").is_some() {
+            break;
+        }
+        assert!(started.elapsed() < limit, "{ctx}: not done after {limit:?}");
+        let Some(v) = victim.as_mut() else { continue };
+        if v.child.try_wait().expect("poll worker b").is_some() {
+            // It finished the last tasks itself.
+            let v = victim.take().expect("the victim");
+            lines.extend(v.lines.join().expect("worker b's reader"));
+            continue;
+        }
+        if rng.below(4) == 0 {
+            // Frozen past its lease while it thinks, holding no row lock: the other
+            // worker takes its task over, and what it does on waking must be refused.
+            while v.live.try_recv().is_ok() {}
+            let thinking = v
+                .live
+                .recv_timeout(Duration::from_secs(1))
+                .is_ok_and(|l| l.starts_with("think"))
+                || v.live.iter().take(50).any(|l| l.starts_with("think"));
+            if !thinking {
+                continue;
+            }
+            let pid = v.child.id();
+            signal("-STOP", pid);
+            std::thread::sleep(TTL + Duration::from_millis(200 + rng.below(500)));
+            signal("-CONT", pid);
+            freezes += 1;
+        } else {
+            let mut v = victim.take().expect("the victim");
+            v.child.kill().expect("kill worker b");
+            v.child.wait().expect("reap worker b");
+            lines.extend(v.lines.join().expect("worker b's reader"));
+            kills += 1;
+            victim = Some(spawn_worker(&schema, &outbox, &format!("b{kills}")));
+        }
+    }
+    assert!(
+        stable.child.wait().expect("reap worker a").success(),
+        "{ctx}: worker a failed"
+    );
+    lines.extend(stable.lines.join().expect("worker a's reader"));
+    if let Some(mut v) = victim {
+        // Every task is complete: it finishes its pass and exits.
+        let until = Instant::now() + Duration::from_secs(30);
+        while v.child.try_wait().expect("poll worker b").is_none() {
+            assert!(Instant::now() < until, "{ctx}: worker b did not exit");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert!(
+            v.child.wait().expect("reap worker b").success(),
+            "{ctx}: worker b failed"
+        );
+        lines.extend(v.lines.join().expect("worker b's reader"));
+    }
+    let elapsed = started.elapsed();
+
+    // What the workers reported.
+    let mut acks: BTreeMap<(String, u64), u64> = BTreeMap::new();
+    let mut fenced: Vec<(String, u64, String, u64)> = Vec::new();
+    let mut errors = 0;
+    for line in &lines {
+        let w: Vec<&str> = line.split(' ').collect();
+        match w[0] {
+            "ack" => {
+                let key = (w[1].to_string(), w[2].parse().expect("an ack's seq"));
+                let epoch = w[3].parse().expect("an ack's epoch");
+                assert!(
+                    acks.insert(key.clone(), epoch).is_none(),
+                    "{ctx}: {key:?} acknowledged twice (a seq written twice)"
+                );
+            }
+            "fenced" => fenced.push((
+                w[1].to_string(),
+                w[2].parse().expect("a fenced epoch"),
+                w[3].to_string(),
+                w[4].parse().expect("a fenced step"),
+            )),
+            "error" => errors += 1,
+            "done" | "think" => {}
+            _ => panic!("{ctx}: a worker said {line:?}"),
+        }
+    }
+
+    // The database and the outboxes.
+    let steps_of = |cp: &Checkpoint<AgentState>| -> Vec<(u64, String, u64)> {
+        cp.state.messages.iter().map(parse_step).collect()
+    };
+    let mut histories: BTreeMap<String, Vec<(u64, String, u64)>> = BTreeMap::new();
+    for i in 0..tasks {
+        let task = task_name(i);
+        let cp = store
+            .load_latest(&task)
+            .expect("load_latest")
+            .unwrap_or_else(|| panic!("{ctx}: {task} has no checkpoint"));
+        assert_eq!(cp.seq, steps, "{ctx}: {task} is not complete");
+        let history = steps_of(&cp);
+        for (at, (k, call, _)) in history.iter().enumerate() {
+            assert_eq!(*k, at as u64 + 1, "{ctx}: {task}'s history: {history:?}");
+            assert_eq!(*call, call_id(&task, *k), "{ctx}: {task}");
+        }
+        assert!(
+            history.windows(2).all(|w| w[0].2 <= w[1].2),
+            "{ctx}: {task}: an older epoch landed after a newer one: {history:?}"
+        );
+        for seq in 1..=steps {
+            let at = store
+                .load(&task, seq)
+                .expect("load")
+                .unwrap_or_else(|| panic!("{ctx}: {task} seq {seq} does not load"));
+            assert_eq!(
+                steps_of(&at),
+                history[..seq as usize],
+                "{ctx}: {task} seq {seq}"
+            );
+        }
+        for k in 1..=steps {
+            let call = call_id(&task, k);
+            assert_eq!(
+                store.call_result(&task, &call).expect("call_result"),
+                Some(call_result(&call)),
+                "{ctx}: {call}'s result"
+            );
+        }
+        assert!(
+            store
+                .pending_calls(&task)
+                .expect("pending_calls")
+                .is_empty(),
+            "{ctx}: {task} has pending calls"
+        );
+        let path = outbox.join(format!("{task}.txt"));
+        let text = std::fs::read_to_string(&path)
+            .unwrap_or_else(|e| panic!("read the outbox {}: {e}", path.display()));
+        let sent: Vec<&str> = text
+            .lines()
+            .map(|l| l.split_once(' ').expect("an outbox line").0)
+            .collect();
+        let unique: BTreeSet<&str> = sent.iter().copied().collect();
+        assert_eq!(
+            unique.len(),
+            sent.len(),
+            "{ctx}: {task}: a side effect happened twice: {sent:?}"
+        );
+        let expected: BTreeSet<String> = (1..=steps).map(|k| call_id(&task, k)).collect();
+        assert_eq!(
+            unique
+                .iter()
+                .map(|s| s.to_string())
+                .collect::<BTreeSet<String>>(),
+            expected,
+            "{ctx}: {task}'s outbox"
+        );
+        histories.insert(task, history);
+    }
+    for ((task, seq), epoch) in &acks {
+        let (_, _, landed) = &histories[task][*seq as usize - 1];
+        assert_eq!(
+            landed, epoch,
+            "{ctx}: {task} seq {seq} was acknowledged under epoch {epoch}, the history has {landed}"
+        );
+    }
+    // A fenced commit never landed: its step is there under another epoch.
+    let mut by_op: BTreeMap<&str, u64> = BTreeMap::new();
+    for (task, epoch, op, k) in &fenced {
+        *by_op.entry(op.as_str()).or_default() += 1;
+        if op == "commit" {
+            let (_, _, landed) = &histories[task][*k as usize - 1];
+            assert_ne!(
+                landed, epoch,
+                "{ctx}: {task} step {k}'s commit was refused (Fenced) under epoch {epoch}, yet it landed"
+            );
+        }
+    }
+    eprintln!(
+        "{ctx}: {tasks} tasks x {steps} steps in {:.1} s: {} commits acked, {kills} SIGKILLs, \
+         {freezes} freezes past the ttl, {} Fenced refusals {by_op:?} (none landed), \
+         {errors} other dropped tasks, outboxes exactly once, 0 seqs written twice",
+        elapsed.as_secs_f64(),
+        acks.len(),
+        fenced.len()
+    );
+    assert!(kills > 0, "{ctx}: the victim was never killed");
+}
