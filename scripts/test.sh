@@ -3,7 +3,8 @@
 # (unit, integration and doc tests, with the time-boxed crash sweeps, kill -9 rounds, byte
 # sweeps and fuzz regressions), then the PostgreSQL backend against a throwaway cluster this
 # script starts and stops itself (scripts/pg-cluster.sh), then the Python package, built
-# into a fresh virtualenv. Long runs: scripts/torture.sh.
+# into a fresh virtualenv (scripts/test-python.sh starts a fresh cluster of its own for the
+# Python tests of the PostgreSQL backend). Long runs: scripts/torture.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # `tokio`: the async API's tests (the other features are the default ones).

@@ -271,3 +271,32 @@ def test_the_exception_classes():
         assert cls.__module__ == "agentwal"
         assert cls.__doc__
     assert agentwal.PgStore.__doc__ and agentwal.Lease.__doc__ and agentwal.Resolution.__doc__
+
+
+def test_readme_postgres_example_runs(tmp_path):
+    """The "Python" section's PostgreSQL example runs as written (on the test cluster, in a
+    schema of its own), twice: the second run resumes."""
+    import pathlib
+    import re
+    import subprocess
+    import sys
+
+    readme = pathlib.Path(__file__).resolve().parents[2] / "README.md"
+    text = readme.read_text()
+    section = text[text.index("\n## Python\n") + 1 :]
+    section = section[: section.index("\n## ")]
+    blocks = [b for b in re.findall(r"^```python\n(.*?)^```$", section, flags=re.M | re.S)
+              if "PgStore.open(" in b]
+    assert len(blocks) == 1, blocks
+    literal = '"postgresql://postgres@localhost/postgres")'
+    assert literal in blocks[0]
+    schema = pg_env.fresh_schema("readme")
+    code = blocks[0].replace(literal, f"{pg_env.url()!r}, schema={schema!r})")
+    try:
+        for expected in ("1 {'step': 1}", "2 {'step': 2}"):
+            out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True,
+                                 text=True, timeout=60)
+            assert out.returncode == 0, out.stderr
+            assert out.stdout.strip() == expected
+    finally:
+        pg_env.drop_schema(schema)
