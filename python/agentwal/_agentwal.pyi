@@ -549,8 +549,9 @@ class PgStore:
         *,
         retry_pending: bool = False,
     ) -> bytes:
-        """As :meth:`Store.once` (the in-flight check is per process: across hosts, hold
-        the task's lease)."""
+        """As :meth:`Store.once`. The check that no other thread runs the call now covers
+        this handle and those :meth:`with_lease` made from it, not other processes: across
+        workers, hold the task's lease."""
     def acquire(self, task: str, holder: str, ttl_ms: int) -> Lease:
         """Acquires ``task`` for ``ttl_ms`` (by the server's clock; at most a day) unless a
         live lease holds it (``LeaseHeldError``); the task need not exist. The new epoch
