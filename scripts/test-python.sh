@@ -3,6 +3,10 @@
 # tests. Fails on the first error. Needs python3 (>= 3.9) with venv, cargo, and PyPI (pip
 # installs maturin, pytest and the pinned LangGraph packages that the checkpointer's tests
 # use: langgraph-checkpoint, its conformance suite, and langgraph for a real graph).
+# The tests of agentwal.PgStore and of the saver on PostgreSQL use the server that
+# AGENTWAL_PG_HOST names; when it is unset, this script starts a throwaway cluster
+# (scripts/pg-cluster.sh) and removes it at the end. A cluster that cannot start fails the
+# run: those tests never skip.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -37,6 +41,17 @@ python -c 'import langgraph.checkpoint.conformance, langgraph.graph'
 step "build and install ./python (release build of the extension)"
 pip install --disable-pip-version-check --no-build-isolation ./python
 python -c 'import agentwal; print("agentwal imported from", agentwal.__file__)'
+
+if [ -z "${AGENTWAL_PG_HOST:-}" ]; then
+    step "a throwaway PostgreSQL cluster (scripts/pg-cluster.sh)"
+    if ! cluster_env=$(bash scripts/pg-cluster.sh start); then
+        echo "FAILED: could not start a throwaway PostgreSQL cluster (see above); the Python tests did not run" >&2
+        exit 1
+    fi
+    eval "$cluster_env"
+    trap 'bash scripts/pg-cluster.sh stop "$AGENTWAL_PG_HOST"' EXIT
+fi
+echo "PostgreSQL for the Python tests at $AGENTWAL_PG_HOST"
 
 step "pytest python/tests"
 # From the repository root, so that python/agentwal (the sources, without the built

@@ -3,7 +3,7 @@
 # (unit, integration and doc tests, with the time-boxed crash sweeps, kill -9 rounds, byte
 # sweeps and fuzz regressions), then the PostgreSQL backend against a throwaway cluster this
 # script starts and stops itself (scripts/pg-cluster.sh), then the Python package, built
-# into a fresh virtualenv. Long runs: scripts/torture.sh.
+# into a fresh virtualenv, whose PostgreSQL tests use the same cluster. Long runs: scripts/torture.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # `tokio`: the async API's tests (the other features are the default ones).
@@ -28,7 +28,9 @@ cargo test --release --features tokio,postgres --test task_store_api --test pg_m
 # through leases, one SIGKILLed and frozen (on the restarted server, after the probes).
 cargo test --release --features tokio,postgres --test pg_faults --test pg_host_loss --test pg_workers \
     -- --test-threads=1 --nocapture
+
+# The Python package, on the same cluster (AGENTWAL_PG_HOST is exported: test-python.sh
+# starts none of its own); the fault probes leave the server running.
+bash scripts/test-python.sh
 bash scripts/pg-cluster.sh stop "$AGENTWAL_PG_HOST"
 trap - EXIT
-
-bash scripts/test-python.sh

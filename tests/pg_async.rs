@@ -48,7 +48,9 @@ fn many_tasks_on_one_runtime_thread_complete() {
             .collect();
         let all = async {
             for j in joins {
-                j.await.expect("no task panicked").expect("every write succeeded");
+                j.await
+                    .expect("no task panicked")
+                    .expect("every write succeeded");
             }
         };
         tokio::time::timeout(Duration::from_secs(120), all)
@@ -57,7 +59,11 @@ fn many_tasks_on_one_runtime_thread_complete() {
         assert_eq!(store.tasks().await.expect("tasks").len() as u64, tasks);
         for t in 0..tasks {
             let task = format!("t{t}");
-            let cp = store.load_latest(&task).await.expect("load").expect("exists");
+            let cp = store
+                .load_latest(&task)
+                .await
+                .expect("load")
+                .expect("exists");
             assert_eq!((cp.seq, cp.state.messages.len() as u64), (steps, steps));
             let result = store.call_result(&task, "c1").await.expect("read");
             assert_eq!(result, Some(b"done".to_vec()));
@@ -72,16 +78,25 @@ fn a_taken_over_async_writer_is_fenced() {
         let ttl = Duration::from_secs(60);
         let a = store.acquire("t", "worker-a", ttl).await.expect("acquire");
         let writer_a = store.with_lease(&a);
-        assert_eq!(writer_a.commit("t", &step("t", 1)).await.expect("commit"), 1);
+        assert_eq!(
+            writer_a.commit("t", &step("t", 1)).await.expect("commit"),
+            1
+        );
         store.release(&a).await.expect("release");
-        let b = store.acquire("t", "worker-b", ttl).await.expect("take over");
+        let b = store
+            .acquire("t", "worker-b", ttl)
+            .await
+            .expect("take over");
         assert!(b.epoch > a.epoch);
         let refused = writer_a.commit("t", &step("t", 2)).await;
         assert!(matches!(refused, Err(Error::Fenced { .. })), "{refused:?}");
         let refused = writer_a.begin_call("t", "c", "tool", b"").await;
         assert!(matches!(refused, Err(Error::Fenced { .. })), "{refused:?}");
         let writer_b = store.with_lease(&b);
-        assert_eq!(writer_b.commit("t", &step("t", 2)).await.expect("commit"), 2);
+        assert_eq!(
+            writer_b.commit("t", &step("t", 2)).await.expect("commit"),
+            2
+        );
         let cp = store.load_latest("t").await.expect("load").expect("exists");
         assert_eq!(cp.seq, 2);
     });
@@ -93,7 +108,11 @@ fn a_dropped_commit_future_leaves_its_commit_whole_or_absent() {
     let mut rng = common::rng::Rng(0x5EED);
     runtime().block_on(async {
         for _ in 0..40 {
-            let latest = store.load_latest("t").await.expect("load").map_or(0, |c| c.seq);
+            let latest = store
+                .load_latest("t")
+                .await
+                .expect("load")
+                .map_or(0, |c| c.seq);
             let delta = step("t", latest + 1);
             let budget = Duration::from_micros(rng.below(3_000));
             let _ = tokio::time::timeout(budget, store.commit_if("t", latest, &delta)).await;
@@ -104,8 +123,17 @@ fn a_dropped_commit_future_leaves_its_commit_whole_or_absent() {
         let cp = store.load_latest("t").await.expect("load");
         let latest = cp.map_or(0, |c| c.seq);
         for seq in 1..=latest {
-            let state = store.load("t", seq).await.expect("load").expect("retained").state;
-            assert_eq!(state.messages.len() as u64, seq, "seq {seq} holds exactly its steps");
+            let state = store
+                .load("t", seq)
+                .await
+                .expect("load")
+                .expect("retained")
+                .state;
+            assert_eq!(
+                state.messages.len() as u64,
+                seq,
+                "seq {seq} holds exactly its steps"
+            );
         }
         eprintln!("{latest} of 40 commits landed around dropped futures");
     });

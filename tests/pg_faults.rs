@@ -13,14 +13,14 @@
 mod common;
 
 use std::io::{BufRead, BufReader, Write};
-use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use agentwal::Error;
 use agentwal::postgres::{PgOptions, PgStore, Resolution};
-use agentwal::{AgentDelta, Error, Message};
 use common::env::env_u64;
+use common::pg::{cluster, probe_seed as seed, probe_step as step, signal};
 use common::rng::Rng;
 
 const ROUNDS_ENV: &str = "AGENTWAL_PG_PROBE_ROUNDS";
@@ -32,20 +32,6 @@ const DEADLINE_SLACK: Duration = Duration::from_millis(500);
 
 fn rounds() -> u64 {
     env_u64(ROUNDS_ENV).unwrap_or(4)
-}
-
-fn seed() -> u64 {
-    env_u64("AGENTWAL_PG_PROBE_SEED").unwrap_or_else(|| {
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(1, |d| d.as_nanos() as u64)
-    })
-}
-
-fn step(n: u64) -> AgentDelta {
-    AgentDelta::default()
-        .message(Message::user(n.to_string()))
-        .set("n", n as i64)
 }
 
 fn options(deadline: Duration, schema: String) -> PgOptions {
@@ -61,24 +47,6 @@ fn options(deadline: Duration, schema: String) -> PgOptions {
 // ---------------------------------------------------------------------------------------
 // The cluster
 
-fn script() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("scripts/pg-cluster.sh")
-}
-
-fn cluster(args: &[&str]) -> String {
-    let out = Command::new("bash")
-        .arg(script())
-        .args(args)
-        .output()
-        .expect("run scripts/pg-cluster.sh");
-    assert!(
-        out.status.success(),
-        "pg-cluster.sh {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
 fn server_pids() -> Vec<String> {
     let pids: Vec<String> = cluster(&["pids", &common::pg::host()])
         .split_whitespace()
@@ -86,15 +54,6 @@ fn server_pids() -> Vec<String> {
         .collect();
     assert!(!pids.is_empty(), "the test server is not running");
     pids
-}
-
-fn signal(sig: &str, pids: &[String]) {
-    // A child may have exited between listing and signalling: not an error.
-    let _ = Command::new("kill")
-        .arg(sig)
-        .args(pids)
-        .stderr(Stdio::null())
-        .status();
 }
 
 fn start_again() {

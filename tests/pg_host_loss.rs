@@ -30,9 +30,10 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use agentwal::Error;
 use agentwal::postgres::{PgOptions, PgStore, Resolution};
-use agentwal::{AgentDelta, Error, Message};
 use common::env::env_u64;
+use common::pg::{cluster, probe_seed as seed, probe_step as step, signal};
 use common::rng::Rng;
 
 const ROUNDS_ENV: &str = "AGENTWAL_PG_HOST_LOSS_ROUNDS";
@@ -43,20 +44,6 @@ const TASK: &str = "probe";
 
 fn rounds() -> u64 {
     env_u64(ROUNDS_ENV).unwrap_or(3)
-}
-
-fn seed() -> u64 {
-    env_u64("AGENTWAL_PG_PROBE_SEED").unwrap_or_else(|| {
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(1, |d| d.as_nanos() as u64)
-    })
-}
-
-fn step(n: u64) -> AgentDelta {
-    AgentDelta::default()
-        .message(Message::user(n.to_string()))
-        .set("n", n as i64)
 }
 
 fn options(deadline: Duration) -> PgOptions {
@@ -74,21 +61,6 @@ fn url(host: &str) -> String {
 
 // ---------------------------------------------------------------------------------------
 // The pair of clusters
-
-fn cluster(args: &[&str]) -> String {
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("scripts/pg-cluster.sh");
-    let out = Command::new("bash")
-        .arg(script)
-        .args(args)
-        .output()
-        .expect("run scripts/pg-cluster.sh");
-    assert!(
-        out.status.success(),
-        "pg-cluster.sh {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
 
 /// The value of `name` in the `export NAME='value' ...` line pg-cluster.sh prints.
 fn exported(out: &str, name: &str) -> String {
@@ -153,15 +125,6 @@ impl Drop for Pair {
             }
         }
     }
-}
-
-fn signal(sig: &str, pids: &[String]) {
-    // A child may have exited between listing and signalling: not an error.
-    let _ = Command::new("kill")
-        .arg(sig)
-        .args(pids)
-        .stderr(Stdio::null())
-        .status();
 }
 
 /// One value from `psql` on the server at `host`.

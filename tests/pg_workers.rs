@@ -43,6 +43,7 @@ use std::time::{Duration, Instant};
 use agentwal::postgres::{Lease, PgOptions, PgStore};
 use agentwal::{AgentDelta, AgentState, Checkpoint, Error, Message};
 use common::env::env_u64;
+use common::pg::{probe_seed as seed, signal};
 use common::rng::Rng;
 
 const TASKS_ENV: &str = "AGENTWAL_PG_WORKERS_TASKS";
@@ -62,14 +63,6 @@ fn tasks() -> u64 {
 
 fn steps() -> u64 {
     env_u64(STEPS_ENV).unwrap_or(5)
-}
-
-fn seed() -> u64 {
-    env_u64("AGENTWAL_PG_PROBE_SEED").unwrap_or_else(|| {
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(1, |d| d.as_nanos() as u64)
-    })
 }
 
 fn options(schema: String) -> PgOptions {
@@ -325,16 +318,6 @@ fn spawn_worker(schema: &str, outbox: &Path, name: &str) -> Worker {
     Worker { child, lines, live }
 }
 
-fn signal(sig: &str, pid: u32) {
-    // The worker may have just exited: not an error, so the status is not checked.
-    Command::new("kill")
-        .arg(sig)
-        .arg(pid.to_string())
-        .stderr(Stdio::null())
-        .status()
-        .expect("run kill");
-}
-
 #[test]
 fn two_workers_contend_for_tasks_through_leases() {
     let seed = seed();
@@ -379,9 +362,9 @@ fn two_workers_contend_for_tasks_through_leases() {
                 continue;
             }
             let pid = v.child.id();
-            signal("-STOP", pid);
+            signal("-STOP", &[pid.to_string()]);
             std::thread::sleep(TTL + Duration::from_millis(200 + rng.below(500)));
-            signal("-CONT", pid);
+            signal("-CONT", &[pid.to_string()]);
             freezes += 1;
         } else {
             let mut v = victim.take().expect("the victim");

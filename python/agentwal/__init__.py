@@ -26,6 +26,11 @@ Values (variables, metadata, tool-call args, message data) are None, bool, int (
 float, str, bytes, list and dict with str keys; a tuple is stored as a list, a bytearray as
 bytes. Anything else raises ``TypeError``.
 
+:class:`PgStore` serves the same methods, with the same meanings, on a PostgreSQL database
+that many processes and hosts share (``PgStore.open("postgresql://...")``), plus task leases
+with fencing (:meth:`PgStore.acquire`, :meth:`PgStore.with_lease`) and
+:meth:`PgStore.resolve` for writes whose outcome a network failure left unknown.
+
 Errors are :class:`AgentwalError` and its subclasses (see ``agentwal._errors``). A
 LangGraph checkpointer is :class:`agentwal.langgraph.AgentwalSaver` (it needs
 ``langgraph-checkpoint``; ``import agentwal`` does not import it).
@@ -40,12 +45,16 @@ from ._errors import (
     ClosedError,
     ConflictError,
     CorruptionError,
+    FencedError,
+    IndeterminateError,
     InvalidArgumentError,
     IoError,
+    LeaseHeldError,
     LockedError,
     NotAStoreError,
     PendingCallError,
     PoisonedError,
+    PostgresError,
     ReadOnlyError,
     RecordTooLargeError,
     SchemaMismatchError,
@@ -62,9 +71,12 @@ from ._agentwal import (
     Checkpoint,
     CheckpointInfo,
     CompactionReport,
+    Lease,
     LostCheckpoints,
     PendingCall,
+    PgStore,
     RecoveryReport,
+    Resolution,
     SkippedRange,
     Stats,
     Store,
@@ -82,17 +94,24 @@ __all__ = [
     "CompactionReport",
     "ConflictError",
     "CorruptionError",
+    "FencedError",
+    "IndeterminateError",
     "InvalidArgumentError",
     "IoError",
+    "Lease",
+    "LeaseHeldError",
     "LockedError",
     "LostCheckpoints",
     "NotAStoreError",
     "PendingCall",
     "PendingCallError",
+    "PgStore",
     "PoisonedError",
+    "PostgresError",
     "ReadOnlyError",
     "RecordTooLargeError",
     "RecoveryReport",
+    "Resolution",
     "SchemaMismatchError",
     "SkippedRange",
     "Stats",

@@ -308,7 +308,8 @@ class Store:
         - ``auto_compact``: compact on a background thread when segments rotate.
 
         Raises ``LockedError`` if another writer holds the store, ``NotAStoreError`` for a
-        path that is not a store, ``CorruptionError`` for damage, ``InvalidArgumentError``
+        path that is not a store, ``InvalidArgumentError`` for a PostgreSQL URL (open it
+        with :meth:`PgStore.open`), ``CorruptionError`` for damage, ``InvalidArgumentError``
         for a bad option.
         """
     @staticmethod
@@ -410,3 +411,163 @@ class Store:
     def verify(self) -> VerifyReport:
         """Re-reads and checks every record and decodes every checkpoint body; raises
         ``CorruptionError`` (or another error) on the first problem."""
+
+@final
+class Lease:
+    """A worker's lease on one task (:meth:`PgStore.acquire`): write under it with
+    :meth:`PgStore.with_lease`. Compares equal to a lease of the same task, holder, epoch."""
+
+    @property
+    def task(self) -> str:
+        """The task."""
+    @property
+    def holder(self) -> str:
+        """Who holds it (a name for people; it plays no part in fencing)."""
+    @property
+    def epoch(self) -> int:
+        """1 for a task's first lease, one more at each acquisition after."""
+
+@final
+class Resolution:
+    """What became of a write whose outcome was unknown (:meth:`PgStore.resolve`)."""
+
+    @property
+    def landed(self) -> bool:
+        """Whether it committed. ``False``: it did not, and now never will (safe to redo)."""
+    @property
+    def seq(self) -> Optional[int]:
+        """For a commit or fork that landed: the checkpoint's seq; else ``None``."""
+
+@final
+class PgStore:
+    """A store of agent tasks in a PostgreSQL database (``agentwal::postgres::PgStore``).
+
+    The methods it shares with :class:`Store` (``commit``, ``commit_if``, ``load_latest``,
+    ``load``, ``load_latest_matching``, ``list_checkpoints``, ``tasks``, ``fork``,
+    ``delete_task``, ``begin_call``, ``finish_call``, ``call_result``, ``pending_calls``,
+    ``once``, ``close`` and the ``with`` block) take the same arguments and mean the same;
+    code written against them runs on either backend. What only a local store has
+    (``flush``, ``compact``, ``stats``, ``verify``, ``recovery_report``, read-only opens)
+    is not here; what only a shared database has is: leases (:meth:`acquire`,
+    :meth:`renew`, :meth:`release`, :meth:`with_lease`) and :meth:`resolve`.
+
+    Any number of handles in any number of processes and hosts may use one database at
+    once; a handle is safe to share between threads. Every call releases the GIL while it
+    talks to the server and returns within ``deadline_ms``. Besides the errors of
+    :class:`Store`'s methods, a call may raise ``PostgresError`` (nothing landed),
+    ``IndeterminateError`` (a write whose outcome is unknown: :meth:`resolve` it),
+    ``FencedError`` (the task's lease is someone else's) and, from :meth:`acquire`,
+    ``LeaseHeldError``. ``CheckpointInfo.bytes`` is the stored body's size.
+    """
+
+    @staticmethod
+    def open(
+        url: str,
+        *,
+        schema: str = "agentwal",
+        deadline_ms: Optional[int] = None,
+        pool_idle_max: Optional[int] = None,
+        snapshot_every: Optional[int] = None,
+        keep_checkpoints: Optional[int] = None,
+    ) -> PgStore:
+        """Connects to the database, creates or migrates the store's tables, and returns it.
+
+        - ``url``: a ``postgresql://user@host/dbname`` URL (a unix-socket directory as a
+          percent-encoded host, ``postgresql://postgres@%2Ftmp%2Fpg/postgres``, or as
+          ``?host=/tmp/pg``) or libpq key-value words
+          (``"host=/tmp/pg user=postgres dbname=postgres"``).
+        - ``schema``: the PostgreSQL schema (namespace) of the tables (letters, digits and
+          ``_``, at most 63 bytes); several stores can share one database under different
+          schemas.
+        - ``deadline_ms``: every call returns within this time (default 10,000).
+        - ``pool_idle_max``: idle connections kept for reuse (default 8).
+        - ``snapshot_every`` / ``keep_checkpoints``: as for :meth:`Store.open`.
+
+        Raises ``PostgresError`` if the server cannot be reached within the deadline,
+        ``InvalidArgumentError`` for a bad option.
+        """
+    @property
+    def schema(self) -> str:
+        """The PostgreSQL schema holding the store's tables."""
+    @property
+    def deadline_ms(self) -> int:
+        """Each call's deadline, in milliseconds."""
+    @property
+    def lease(self) -> Optional[Lease]:
+        """The lease this handle writes under (``None`` for a handle from :meth:`open`)."""
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called."""
+    def close(self) -> None:
+        """Closes this handle; the connections close with the last handle sharing them (the
+        handles of :meth:`with_lease` share them). Later calls raise ``ClosedError``."""
+    def __enter__(self) -> PgStore:
+        """Returns the store itself."""
+    def __exit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> bool:
+        """Closes the handle; exceptions propagate."""
+    def commit(self, task: str, delta: Delta) -> int:
+        """As :meth:`Store.commit`: durable when it returns (COMMIT acknowledged by the
+        server). Never retry one that raised ``IndeterminateError``: resolve it first."""
+    def commit_if(self, task: str, expected_seq: int, delta: Delta) -> int:
+        """As :meth:`Store.commit_if`."""
+    def load_latest(self, task: str) -> Optional[Checkpoint]:
+        """As :meth:`Store.load_latest`."""
+    def load(self, task: str, seq: int) -> Optional[Checkpoint]:
+        """As :meth:`Store.load`."""
+    def load_latest_matching(
+        self, task: str, accept: Callable[[StateDict], bool]
+    ) -> Optional[Checkpoint]:
+        """As :meth:`Store.load_latest_matching`."""
+    def list_checkpoints(self, task: str) -> List[CheckpointInfo]:
+        """As :meth:`Store.list_checkpoints` (``bytes`` is the stored body's size)."""
+    def tasks(self) -> List[str]:
+        """As :meth:`Store.tasks`: every task of the schema, from every host."""
+    def fork(self, task: str, seq: int, new_task: str) -> int:
+        """As :meth:`Store.fork`."""
+    def delete_task(self, task: str) -> None:
+        """As :meth:`Store.delete_task` (the task's lease row stays: epochs only grow)."""
+    def begin_call(self, task: str, call_id: str, tool: str, args: bytes) -> None:
+        """As :meth:`Store.begin_call` (idempotent: safe to retry)."""
+    def finish_call(self, task: str, call_id: str, result: bytes) -> None:
+        """As :meth:`Store.finish_call` (idempotent: safe to retry)."""
+    def call_result(self, task: str, call_id: str) -> Optional[bytes]:
+        """As :meth:`Store.call_result`."""
+    def pending_calls(self, task: str) -> List[PendingCall]:
+        """As :meth:`Store.pending_calls`."""
+    def once(
+        self,
+        task: str,
+        call_id: str,
+        tool: str,
+        args: bytes,
+        fn: Callable[[], bytes],
+        *,
+        retry_pending: bool = False,
+    ) -> bytes:
+        """As :meth:`Store.once`. The check that no other thread runs the call now covers
+        this handle and those :meth:`with_lease` made from it, not other processes: across
+        workers, hold the task's lease."""
+    def acquire(self, task: str, holder: str, ttl_ms: int) -> Lease:
+        """Acquires ``task`` for ``ttl_ms`` (by the server's clock; at most a day) unless a
+        live lease holds it (``LeaseHeldError``); the task need not exist. The new epoch
+        fences every earlier lease: their holders' later writes raise ``FencedError``, and a
+        write of theirs in flight has landed before this returns or never will."""
+    def renew(self, lease: Lease, ttl_ms: int) -> None:
+        """Extends ``lease`` to ``ttl_ms`` from now. ``FencedError`` if it was taken over (a
+        lease that expired but was not taken over is renewed)."""
+    def release(self, lease: Lease) -> None:
+        """Ends ``lease`` now so another worker can acquire the task at once.
+        ``FencedError`` if it was already taken over."""
+    def with_lease(self, lease: Lease) -> PgStore:
+        """A handle sharing this one's connections whose writes to ``lease.task`` carry the
+        lease's epoch: each raises ``FencedError`` once the lease was taken over (and
+        nothing of it lands). Its writes to other tasks are unleased."""
+    def resolve(self, write_id: str) -> Resolution:
+        """Settles the write ``write_id`` of an ``IndeterminateError``: landed (with its seq)
+        or not landed, in which case it never will (do it again). Waits at most the
+        deadline for a transaction of that write still open on the server."""

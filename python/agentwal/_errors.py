@@ -207,18 +207,80 @@ class PendingCallError(AgentwalError):
     in_flight: bool
 
 
+class PostgresError(AgentwalError):
+    """The PostgreSQL backend: the server answered with an error, or could not be reached
+    before anything was sent (within the deadline). Nothing of the call landed. A
+    connection failure can be retried once the server is back; anything else (its message
+    has the SQLSTATE) is a misconfiguration or a bug to fix first.
+
+    Attributes: ``context`` (what agentwal was doing), ``detail`` (the server's or the
+    client's message).
+    """
+
+    context: str
+    detail: str
+
+
+class IndeterminateError(AgentwalError):
+    """The PostgreSQL backend: a write was sent and its outcome is unknown (the connection
+    dropped or the deadline passed, and settling it did not finish in time). Once the
+    server answers, call ``PgStore.resolve(e.write_id)``: ``landed`` says whether it
+    committed, and a write settled as not landed never will. Never retry a ``commit``
+    blindly: if it landed, the delta would be applied twice (journal calls are idempotent).
+
+    Attributes: ``task``, ``write_id`` (``str``), ``cause`` (what cut the write short).
+    """
+
+    task: str
+    write_id: str
+    cause: str
+
+
+class FencedError(AgentwalError):
+    """The PostgreSQL backend: the task's lease belongs to another worker. This handle's
+    lease was taken over (its epoch is no longer the task's), or it wrote without a lease
+    to a task someone holds a live lease on. Nothing of the call landed, and no later write
+    under the old epoch ever will: stop working on the task; to resume, ``acquire`` a new
+    lease and reload its state.
+
+    Attributes: ``task``, ``epoch`` (this writer's; ``None`` without a lease),
+    ``current_epoch`` (the task's).
+    """
+
+    task: str
+    epoch: Optional[int]
+    current_epoch: int
+
+
+class LeaseHeldError(AgentwalError):
+    """The PostgreSQL backend: ``acquire`` found a live lease on the task. Work on another
+    task, or try again after ``expires_in_ms``.
+
+    Attributes: ``task``, ``holder``, ``epoch``, ``expires_in_ms`` (by the server's clock).
+    """
+
+    task: str
+    holder: str
+    epoch: int
+    expires_in_ms: int
+
+
 __all__ = [
     "AgentwalError",
     "BodyDecodeError",
     "ClosedError",
     "ConflictError",
     "CorruptionError",
+    "FencedError",
+    "IndeterminateError",
     "InvalidArgumentError",
     "IoError",
+    "LeaseHeldError",
     "LockedError",
     "NotAStoreError",
     "PendingCallError",
     "PoisonedError",
+    "PostgresError",
     "ReadOnlyError",
     "RecordTooLargeError",
     "SchemaMismatchError",

@@ -1,6 +1,8 @@
 """A LangGraph checkpointer over an agentwal store: :class:`AgentwalSaver`.
 
 Needs ``langgraph-checkpoint`` (4.x), which this module imports; ``agentwal`` itself does not.
+The store is a local :class:`agentwal.Store` or a PostgreSQL :class:`agentwal.PgStore`; the
+mapping below is the same on both.
 
 Storage mapping (DESIGN.md section 7.11):
 
@@ -52,7 +54,7 @@ except ImportError as e:  # pragma: no cover - exercised only without langgraph
         "agentwal.langgraph needs langgraph-checkpoint 4.x: pip install 'langgraph-checkpoint>=4,<5'"
     ) from e
 
-from ._agentwal import TASK_ID_BYTES_MAX, Store
+from ._agentwal import TASK_ID_BYTES_MAX, PgStore, Store
 
 __all__ = ["AgentwalSaver"]
 
@@ -66,6 +68,8 @@ _LIST = "agentwal.list"
 # Locks striped over task names: operations on one task are serialized, those on different
 # tasks (mostly) run concurrently, so that their commits share fsyncs.
 _STRIPES = 512
+# A `store` argument starting with one of these is a PostgreSQL URL, not a directory.
+_PG_SCHEMES = ("postgres://", "postgresql://")
 
 
 def _task_name(thread_id: str, checkpoint_ns: str) -> str:
@@ -224,11 +228,15 @@ class _TaskIndex:
 class AgentwalSaver(BaseCheckpointSaver[str]):
     """A LangGraph checkpoint saver that stores checkpoints in an agentwal store.
 
-    ``store`` is an open :class:`agentwal.Store` (the saver uses it, the caller closes it) or
-    a directory path (the saver opens it with ``open_kwargs``, e.g. ``sync="always"``, and
-    :meth:`close` closes it). The saver's tasks are named ``lg:...``; other tasks of the same
-    store are ignored. Only this saver should commit to its ``lg:`` tasks: it caches what it
-    read of them and reloads a task only when a commit's seq shows that someone else wrote.
+    ``store`` is an open :class:`agentwal.Store` or :class:`agentwal.PgStore` (the saver uses
+    it, the caller closes it), a ``postgres://`` / ``postgresql://`` URL (the saver opens a
+    :class:`agentwal.PgStore` with ``open_kwargs``, e.g. ``schema="lg"``) or a directory path
+    (the saver opens a :class:`agentwal.Store` with ``open_kwargs``, e.g. ``sync="always"``);
+    :meth:`close` closes a store the saver opened. It works the same on both backends. The
+    saver's tasks are named ``lg:...``; other tasks of the same store are ignored. Only this
+    saver should commit to its ``lg:`` tasks: it caches what it read of them and reloads a
+    task only when a commit's seq shows that someone else wrote. On PostgreSQL that means one
+    saver (one process) at a time per thread: route a thread's runs to one worker.
 
     Durability is the store's: with ``sync="always"`` (the default) a checkpoint or write is
     on disk when ``put``/``put_writes`` return. The async methods run the sync ones in a
@@ -240,26 +248,32 @@ class AgentwalSaver(BaseCheckpointSaver[str]):
 
     def __init__(
         self,
-        store: Union[Store, str, "os.PathLike[str]"],
+        store: Union[Store, PgStore, str, "os.PathLike[str]"],
         *,
         serde: Optional[SerializerProtocol] = None,
         **open_kwargs: Any,
     ) -> None:
-        """Uses ``store`` (a :class:`agentwal.Store`) or opens the store at the path ``store``."""
+        """Uses ``store`` (a :class:`agentwal.Store` or :class:`agentwal.PgStore`), or opens
+        the PostgreSQL store at the URL ``store`` or the local store at the path ``store``."""
         super().__init__(serde=serde)
-        if isinstance(store, Store):
+        self.store: Union[Store, PgStore]
+        if isinstance(store, (Store, PgStore)):
             if open_kwargs:
                 raise TypeError(
                     f"open options {sorted(open_kwargs)} given with an already open Store"
                 )
             self.store = store
             self._owns_store = False
+        elif isinstance(store, str) and store.startswith(_PG_SCHEMES):
+            self.store = PgStore.open(store, **open_kwargs)
+            self._owns_store = True
         elif isinstance(store, (str, os.PathLike)):
             self.store = Store.open(store, **open_kwargs)
             self._owns_store = True
         else:
             raise TypeError(
-                f"store must be an agentwal.Store or a path, got {type(store).__name__}"
+                "store must be an agentwal.Store, an agentwal.PgStore, a postgresql:// URL or "
+                f"a path, got {type(store).__name__}"
             )
         self._locks = tuple(threading.RLock() for _ in range(_STRIPES))
         self._index: Dict[str, _TaskIndex] = {}

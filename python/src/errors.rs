@@ -205,6 +205,59 @@ pub fn to_py_err(py: Python<'_>, e: Error) -> PyErr {
                 ("reason", obj(py, reason)),
             ],
         ),
+        Error::Postgres {
+            context,
+            message: detail,
+        } => raise(
+            py,
+            "PostgresError",
+            message,
+            &[("context", obj(py, context)), ("detail", obj(py, detail))],
+        ),
+        Error::Indeterminate {
+            task,
+            write_id,
+            cause,
+        } => raise(
+            py,
+            "IndeterminateError",
+            message,
+            &[
+                ("task", obj(py, task)),
+                ("write_id", obj(py, write_id)),
+                ("cause", obj(py, cause)),
+            ],
+        ),
+        Error::Fenced {
+            task,
+            epoch,
+            current_epoch,
+        } => raise(
+            py,
+            "FencedError",
+            message,
+            &[
+                ("task", obj(py, task)),
+                ("epoch", obj(py, epoch)),
+                ("current_epoch", obj(py, current_epoch)),
+            ],
+        ),
+        Error::LeaseHeld {
+            task,
+            holder,
+            epoch,
+            expires_in_ms,
+        } => raise(
+            py,
+            "LeaseHeldError",
+            message,
+            &[
+                ("task", obj(py, task)),
+                ("holder", obj(py, holder)),
+                ("epoch", obj(py, epoch)),
+                ("expires_in_ms", obj(py, expires_in_ms)),
+            ],
+        ),
         // `Error` is non-exhaustive: a variant added later is still an AgentwalError.
         _ => raise(py, "AgentwalError", message, &[]),
     }

@@ -8,6 +8,8 @@
 
 mod convert;
 mod errors;
+mod ops;
+mod pg;
 mod types;
 
 use std::collections::HashSet;
@@ -19,7 +21,8 @@ use pyo3::prelude::*;
 use pyo3::pybacked::PyBackedBytes;
 use pyo3::types::PyBytes;
 
-use crate::errors::{invalid_argument, raise, to_py_err};
+use crate::errors::{invalid_argument, raise};
+use crate::ops::run;
 use crate::types::{
     Checkpoint, CheckpointInfo, CompactionReport, LostCheckpoints, PendingCall, RecoveryReport,
     SkippedRange, Stats, VerifyReport,
@@ -30,11 +33,6 @@ type Engine = agentwal::Store<AgentState>;
 
 /// Default interval of `sync="periodic"`, in milliseconds.
 const PERIODIC_MS_DEFAULT: u64 = 100;
-
-/// Runs `f` with the GIL released and maps its error to the matching exception.
-fn run<T: Send>(py: Python<'_>, f: impl FnOnce() -> agentwal::Result<T> + Send) -> PyResult<T> {
-    py.detach(f).map_err(|e| to_py_err(py, e))
-}
 
 /// Options given to `open` / `open_read_only`, resolved against `Options::default()`.
 #[allow(clippy::too_many_arguments)]
@@ -110,21 +108,19 @@ fn options(
     })
 }
 
-/// Removes a `(task, call_id)` from the in-flight set of `Store.once` when dropped.
-struct InFlight<'a> {
-    set: &'a Mutex<HashSet<(String, String)>>,
-    key: Option<(String, String)>,
-}
-
-impl Drop for InFlight<'_> {
-    fn drop(&mut self) {
-        if let Some(key) = self.key.take() {
-            self.set
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .remove(&key);
-        }
+/// A PostgreSQL URL given as a local store's path: an `InvalidArgumentError` naming
+/// `PgStore.open`, rather than a directory called `postgresql:`.
+fn reject_url(py: Python<'_>, path: &std::path::Path) -> PyResult<()> {
+    let p = path.to_string_lossy();
+    if p.starts_with("postgres://") || p.starts_with("postgresql://") {
+        return Err(invalid_argument(
+            py,
+            format!(
+                "{p:?} is a PostgreSQL URL, not a directory: open it with agentwal.PgStore.open"
+            ),
+        ));
     }
+    Ok(())
 }
 
 /// A store of agent tasks and their checkpoints (``agentwal::Store<AgentState>``).
@@ -157,15 +153,6 @@ impl Store {
             .unwrap_or_else(PoisonError::into_inner)
             .clone()
             .ok_or_else(|| raise(py, "ClosedError", "this store handle is closed".into(), &[]))
-    }
-
-    fn checkpoint(py: Python<'_>, cp: agentwal::Checkpoint<AgentState>) -> PyResult<Checkpoint> {
-        Ok(Checkpoint {
-            task: cp.task,
-            seq: cp.seq,
-            created_at_ms: cp.created_at_ms,
-            state: convert::from_state(py, &cp.state)?.into_any().unbind(),
-        })
     }
 }
 
@@ -206,6 +193,7 @@ impl Store {
             snapshot_every,
             auto_compact,
         )?;
+        reject_url(py, &path)?;
         run(py, || Engine::open_with(&path, opts)).map(Store::new)
     }
 
@@ -236,6 +224,7 @@ impl Store {
             None,
             false,
         )?;
+        reject_url(py, &path)?;
         run(py, || Engine::open_read_only_with(&path, opts)).map(Store::new)
     }
 
@@ -302,7 +291,7 @@ impl Store {
     fn load_latest(&self, py: Python<'_>, task: String) -> PyResult<Option<Checkpoint>> {
         let engine = self.engine(py)?;
         run(py, || engine.load_latest(&task))?
-            .map(|cp| Store::checkpoint(py, cp))
+            .map(|cp| ops::checkpoint(py, cp))
             .transpose()
     }
 
@@ -312,7 +301,7 @@ impl Store {
     fn load(&self, py: Python<'_>, task: String, seq: u64) -> PyResult<Option<Checkpoint>> {
         let engine = self.engine(py)?;
         run(py, || engine.load(&task, seq))?
-            .map(|cp| Store::checkpoint(py, cp))
+            .map(|cp| ops::checkpoint(py, cp))
             .transpose()
     }
 
@@ -326,17 +315,7 @@ impl Store {
         accept: &Bound<'_, PyAny>,
     ) -> PyResult<Option<Checkpoint>> {
         let engine = self.engine(py)?;
-        let infos = run(py, || engine.list_checkpoints(&task))?;
-        for info in infos.iter().rev() {
-            let Some(cp) = run(py, || engine.load(&task, info.seq))? else {
-                continue;
-            };
-            let cp = Store::checkpoint(py, cp)?;
-            if accept.call1((cp.state.clone_ref(py),))?.is_truthy()? {
-                return Ok(Some(cp));
-            }
-        }
-        Ok(None)
+        ops::load_latest_matching(py, &engine, &task, accept)
     }
 
     /// The task's retained checkpoints, oldest first (empty for an unknown task).
@@ -430,68 +409,17 @@ impl Store {
         retry_pending: bool,
     ) -> PyResult<Bound<'py, PyBytes>> {
         let engine = self.engine(py)?;
-        let pending_error = |tool: &str, args: &[u8], in_flight: bool| {
-            let how = if in_flight {
-                "is running on another thread of this process"
-            } else {
-                "began and never finished (a crash or an exception came between begin and finish), \
-                 so whether its side effect happened is unknown; check it, then pass \
-                 retry_pending=True or call finish_call"
-            };
-            Ok::<_, PyErr>(raise(
-                py,
-                "PendingCallError",
-                format!("call {call_id:?} of task {task:?} {how}"),
-                &[
-                    ("task", task.clone().into_pyobject(py)?.into_any()),
-                    ("call_id", call_id.clone().into_pyobject(py)?.into_any()),
-                    ("tool", tool.into_pyobject(py)?.into_any()),
-                    ("call_args", PyBytes::new(py, args).into_any()),
-                    (
-                        "in_flight",
-                        pyo3::types::PyBool::new(py, in_flight)
-                            .to_owned()
-                            .into_any(),
-                    ),
-                ],
-            ))
-        };
-        let key = (task.clone(), call_id.clone());
-        let _guard = {
-            let mut set = self
-                .in_flight
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner);
-            if !set.insert(key.clone()) {
-                drop(set);
-                return Err(pending_error(&tool, &args, true)?);
-            }
-            InFlight {
-                set: &self.in_flight,
-                key: Some(key),
-            }
-        };
-        if let Some(r) = run(py, || engine.call_result(&task, &call_id))? {
-            return Ok(PyBytes::new(py, &r));
-        }
-        if !retry_pending {
-            let pending = run(py, || engine.pending_calls(&task))?;
-            if let Some(p) = pending.iter().find(|p| p.call_id == call_id) {
-                return Err(pending_error(&p.tool, &p.args, false)?);
-            }
-        }
-        run(py, || engine.begin_call(&task, &call_id, &tool, &args))?;
-        let out = r#fn.call0()?;
-        let result: PyBackedBytes = out.extract().map_err(|_| {
-            pyo3::exceptions::PyTypeError::new_err(format!(
-                "once: fn returned {}, expected bytes (the call stays pending)",
-                out.get_type()
-                    .name()
-                    .map_or_else(|_| "?".to_string(), |n| n.to_string())
-            ))
-        })?;
-        run(py, || engine.finish_call(&task, &call_id, &result))?;
-        Ok(PyBytes::new(py, &result))
+        ops::once(
+            py,
+            &engine,
+            &self.in_flight,
+            task,
+            call_id,
+            tool,
+            args,
+            r#fn,
+            retry_pending,
+        )
     }
 
     /// Runs a compaction pass now (retention, deleted tasks, dead segments).
@@ -538,6 +466,9 @@ impl Store {
 #[pymodule]
 fn _agentwal(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Store>()?;
+    m.add_class::<pg::PgStore>()?;
+    m.add_class::<pg::Lease>()?;
+    m.add_class::<pg::Resolution>()?;
     m.add_class::<Checkpoint>()?;
     m.add_class::<CheckpointInfo>()?;
     m.add_class::<PendingCall>()?;

@@ -53,3 +53,51 @@ pub fn store<S: State>(name: &str, options: PgOptions) -> PgStore<S> {
     };
     PgStore::open(&url(), options).expect("open a PgStore on the test server")
 }
+
+// ---------------------------------------------------------------------------------------
+// What the fault probes share (tests/pg_faults.rs, pg_host_loss.rs, pg_workers.rs).
+
+/// The probes' seed: `AGENTWAL_PG_PROBE_SEED`, else the clock (printed by each probe, so a
+/// failure's schedule can be replayed).
+pub fn probe_seed() -> u64 {
+    crate::common::env::env_u64("AGENTWAL_PG_PROBE_SEED").unwrap_or_else(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(1, |d| d.as_nanos() as u64)
+    })
+}
+
+/// The probes' step `n`: its number as a message and a variable, so a state shows exactly
+/// which steps it holds.
+pub fn probe_step(n: u64) -> agentwal::AgentDelta {
+    agentwal::AgentDelta::default()
+        .message(agentwal::Message::user(n.to_string()))
+        .set("n", n as i64)
+}
+
+/// Runs `scripts/pg-cluster.sh` with `args` and returns what it printed; fails the test
+/// (with the script's error) if it fails.
+pub fn cluster(args: &[&str]) -> String {
+    let script = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("scripts/pg-cluster.sh");
+    let out = std::process::Command::new("bash")
+        .arg(script)
+        .args(args)
+        .output()
+        .expect("run scripts/pg-cluster.sh");
+    assert!(
+        out.status.success(),
+        "pg-cluster.sh {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Sends `sig` (e.g. `-KILL`) to `pids`. A process may have exited since it was listed:
+/// not an error, so the outcome is not checked.
+pub fn signal<P: AsRef<std::ffi::OsStr>>(sig: &str, pids: &[P]) {
+    let _ = std::process::Command::new("kill")
+        .arg(sig)
+        .args(pids)
+        .stderr(std::process::Stdio::null())
+        .status();
+}
