@@ -469,6 +469,7 @@ class PgStore:
         pool_idle_max: Optional[int] = None,
         snapshot_every: Optional[int] = None,
         keep_checkpoints: Optional[int] = None,
+        max_age_ms: Optional[int] = None,
     ) -> PgStore:
         """Connects to the database, creates or migrates the store's tables, and returns it.
 
@@ -482,6 +483,10 @@ class PgStore:
         - ``deadline_ms``: every call returns within this time (default 10,000).
         - ``pool_idle_max``: idle connections kept for reuse (default 8).
         - ``snapshot_every`` / ``keep_checkpoints``: as for :meth:`Store.open`.
+        - ``max_age_ms``: retention by age, as ``max_age_s`` for :meth:`Store.open` but in
+          milliseconds: checkpoints created longer ago than this are no longer served,
+          except each task's latest (ages by this client's clock, which also stamps
+          ``created_at_ms``).
 
         Raises ``PostgresError`` if the server cannot be reached within the deadline,
         ``InvalidArgumentError`` for a bad option.

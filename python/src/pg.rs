@@ -115,9 +115,10 @@ impl PgStore {
     /// the store. See the stub for the options.
     #[staticmethod]
     #[pyo3(signature = (url, *, schema="agentwal".to_owned(), deadline_ms=None,
-        pool_idle_max=None, snapshot_every=None, keep_checkpoints=None),
+        pool_idle_max=None, snapshot_every=None, keep_checkpoints=None, max_age_ms=None),
         text_signature = "(url, *, schema='agentwal', deadline_ms=10000, pool_idle_max=8, \
-            snapshot_every=None, keep_checkpoints=None)")]
+            snapshot_every=None, keep_checkpoints=None, max_age_ms=None)")]
+    #[allow(clippy::too_many_arguments)]
     fn open(
         py: Python<'_>,
         url: String,
@@ -126,6 +127,7 @@ impl PgStore {
         pool_idle_max: Option<usize>,
         snapshot_every: Option<u32>,
         keep_checkpoints: Option<u32>,
+        max_age_ms: Option<u64>,
     ) -> PyResult<Self> {
         let d = PgOptions::default();
         let options = PgOptions {
@@ -134,6 +136,7 @@ impl PgStore {
             schema,
             snapshot_every: snapshot_every.unwrap_or(d.snapshot_every),
             keep_checkpoints,
+            max_age: max_age_ms.map(Duration::from_millis),
         };
         let engine = run(py, || PgEngine::open(&url, options))?;
         Ok(PgStore {

@@ -123,6 +123,19 @@ def test_a_second_handle_sees_the_first_ones_commits(pg):
     assert pg.tasks() == ["t"]
 
 
+def test_max_age_ms_retention():
+    schema = pg_env.fresh_schema()
+    with PgStore.open(pg_env.url(), schema=schema, max_age_ms=400) as store:
+        store.commit("t", {"set": {"k": 1}})
+        store.commit("t", {"set": {"k": 2}})
+        time.sleep(0.7)
+        store.commit("t", {"set": {"k": 3}})
+        assert store.load("t", 1) is None
+        assert store.load("t", 3).state["vars"] == {"k": 3}
+        assert [c.seq for c in store.list_checkpoints("t")] == [3]
+    pg_env.drop_schema(schema)
+
+
 def test_leases_and_fencing(pg):
     lease = pg.acquire("job", "worker-a", 30_000)
     assert (lease.task, lease.holder, lease.epoch) == ("job", "worker-a", 1)

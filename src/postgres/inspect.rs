@@ -6,7 +6,7 @@ use tokio_postgres::{Client, IsolationLevel};
 
 use super::PgStore;
 use super::conn::{Attempt, RowExt};
-use super::load::{TASK_COLUMNS, TaskRow, utf8};
+use super::load::{TASK_COLUMNS, TaskRow, age_cutoff_ms, utf8};
 use crate::error::Result;
 use crate::state::State;
 use crate::store::{
@@ -58,6 +58,7 @@ impl<S: State> PgStore<S> {
     /// rows, `bytes` the stored bodies, call arguments and results.
     pub fn task_infos(&self) -> Result<Vec<TaskInfo>> {
         let keep = self.shared.options.keep_checkpoints.map(i64::from);
+        let cutoff = age_cutoff_ms(&self.shared.options).map(|c| c.min(i64::MAX as u64) as i64);
         let mut infos = self.shared.run_read("summarizing tasks", async |c| {
             let tx = read_tx(c).await?;
             let rows = tx
@@ -67,17 +68,24 @@ impl<S: State> PgStore<S> {
                              + coalesce(octet_length(k.result), 0)), 0)::bigint
                              FROM calls k WHERE k.task = t.task),
                          (SELECT count(*) FROM calls k WHERE k.task = t.task),
-                         o.origin_task, o.origin_seq, a.first_seq
+                         o.origin_task, o.origin_seq, a.first_seq, r.from_seq
                      FROM tasks t
                      CROSS JOIN LATERAL (
+                         SELECT greatest(1,
+                             CASE WHEN $1::bigint IS NULL THEN 0
+                                 ELSE t.latest_seq - $1::bigint + 1 END,
+                             CASE WHEN $2::bigint IS NULL THEN 0 ELSE coalesce(
+                                 (SELECT min(y.seq) FROM checkpoints y
+                                  WHERE y.task = t.task AND y.created_at_ms >= $2::bigint),
+                                 t.latest_seq) END) AS from_seq) r
+                     CROSS JOIN LATERAL (
                          SELECT coalesce(min(c.seq), 0) AS first_seq,
-                             count(*) FILTER (WHERE $1::bigint IS NULL
-                                 OR c.seq > t.latest_seq - $1::bigint) AS retained,
+                             count(*) FILTER (WHERE c.seq >= r.from_seq) AS retained,
                              count(*) FILTER (WHERE c.snapshot) AS snapshots,
                              coalesce(sum(octet_length(c.body)), 0)::bigint AS bytes
                          FROM checkpoints c WHERE c.task = t.task) a
                      LEFT JOIN checkpoints o ON o.task = t.task AND o.seq = 1",
-                    &[&keep],
+                    &[&keep, &cutoff],
                 )
                 .await?;
             tx.commit().await?;
@@ -88,8 +96,7 @@ impl<S: State> PgStore<S> {
                     let origin: Option<Vec<u8>> = r.col(7)?;
                     let origin_seq: Option<i64> = r.col(8)?;
                     // As `list_checkpoints`: the origin while seq 1 is retained.
-                    let seq1_retained =
-                        u(9)? == 1 && keep.is_none_or(|k| latest_seq < k as u64 + 1);
+                    let seq1_retained = u(9)? == 1 && u(10)? <= 1;
                     let forked_from = match (origin, origin_seq) {
                         (Some(t), Some(s)) if seq1_retained => {
                             Some((utf8("origin task id", t)?, s as u64))

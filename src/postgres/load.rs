@@ -6,13 +6,14 @@ use std::sync::Arc;
 use tokio_postgres::types::Type;
 use tokio_postgres::{Client, GenericClient, IsolationLevel, Row};
 
-use super::PgStore;
 use super::conn::{Attempt, Fail, RowExt};
+use super::{PgOptions, PgStore};
 use crate::error::{Error, Result};
 use crate::state::State;
 use crate::store::policy::SnapshotCounters;
 use crate::store::{
-    CALL_ID_BYTES_MAX, Checkpoint, CheckpointInfo, PendingCall, TASK_ID_BYTES_MAX, validate_id,
+    CALL_ID_BYTES_MAX, Checkpoint, CheckpointInfo, PendingCall, TASK_ID_BYTES_MAX, now_ms,
+    validate_id,
 };
 
 /// A task's row, as a write or a load finds it.
@@ -57,11 +58,51 @@ impl TaskRow {
         self.versions.iter().any(|v| *v as u32 != version)
     }
 
-    /// Oldest seq retention serves (as the local store's `retained_from`, §7.7).
-    pub fn retained_from(&self, keep: Option<u32>) -> u64 {
+    /// Oldest seq retention serves (as the local store's `retained_from`, §7.7), given
+    /// `by_age`, the age bound (the first seq young enough; 0: no age bound).
+    pub fn retained_from(&self, keep: Option<u32>, by_age: u64) -> u64 {
         let by_count = keep.map_or(0, |n| (self.latest_seq + 1).saturating_sub(u64::from(n)));
-        self.first_seq.max(by_count).max(1).min(self.latest_seq)
+        self.first_seq
+            .max(by_count)
+            .max(by_age)
+            .max(1)
+            .min(self.latest_seq)
     }
+}
+
+/// The age bound's cutoff: `max_age` ago by the client's clock (`now_ms()`, the clock
+/// `created_at_ms` is written with); `None` without an age bound.
+pub(super) fn age_cutoff_ms(options: &PgOptions) -> Option<u64> {
+    let age = options.max_age?;
+    Some(now_ms().saturating_sub(age.as_millis().min(u128::from(u64::MAX)) as u64))
+}
+
+/// Oldest seq retention serves for the task of `row` under `options` (one more round trip
+/// when `max_age` is set: the first checkpoint created at or after the cutoff).
+pub(super) async fn retained_from(
+    c: &impl GenericClient,
+    task: &str,
+    row: &TaskRow,
+    options: &PgOptions,
+) -> Attempt<u64> {
+    let by_age = match age_cutoff_ms(options) {
+        None => 0,
+        Some(cutoff) => {
+            let r = c
+                .query_typed_one(
+                    "SELECT min(seq) FROM checkpoints WHERE task = $1 AND created_at_ms >= $2",
+                    &[
+                        (&task.as_bytes(), Type::BYTEA),
+                        (&(cutoff.min(i64::MAX as u64) as i64), Type::INT8),
+                    ],
+                )
+                .await?;
+            // None young enough: only the latest.
+            r.col::<Option<i64>>(0)?
+                .map_or(row.latest_seq, |s| s as u64)
+        }
+    };
+    Ok(row.retained_from(options.keep_checkpoints, by_age))
 }
 
 /// The task's row, or `None` if the task does not exist.
@@ -166,7 +207,7 @@ impl<S: State> PgStore<S> {
     /// [`Store::load`](crate::Store::load)).
     pub fn load(&self, task: &str, seq: u64) -> Result<Option<Checkpoint<S>>> {
         validate_id("task id", task, TASK_ID_BYTES_MAX)?;
-        let keep = self.shared.options.keep_checkpoints;
+        let options = &self.shared.options;
         self.shared.run_read("loading a checkpoint", async |c| {
             let tx = read_tx(c).await?;
             let Some(row) = task_row(&tx, task).await? else {
@@ -179,7 +220,7 @@ impl<S: State> PgStore<S> {
                     latest: row.latest_seq,
                 }));
             }
-            if seq < row.retained_from(keep) {
+            if seq < retained_from(&tx, task, &row, options).await? {
                 return Ok(None);
             }
             let (state, created_at_ms) = fold::<S>(&tx, task, seq).await?;
@@ -210,7 +251,7 @@ impl<S: State> PgStore<S> {
     /// stored body's size.
     pub fn list_checkpoints(&self, task: &str) -> Result<Vec<CheckpointInfo>> {
         validate_id("task id", task, TASK_ID_BYTES_MAX)?;
-        let keep = self.shared.options.keep_checkpoints;
+        let options = &self.shared.options;
         self.shared.run_read("listing checkpoints", async |c| {
             let tx = read_tx(c).await?;
             let Some(row) = task_row(&tx, task).await? else {
@@ -219,11 +260,12 @@ impl<S: State> PgStore<S> {
             if row.latest_seq == 0 {
                 return Ok(Vec::new());
             }
+            let from = retained_from(&tx, task, &row, options).await?;
             let rows = tx
                 .query(
                     "SELECT seq, created_at_ms, octet_length(body), snapshot, origin_task, origin_seq
                      FROM checkpoints WHERE task = $1 AND seq >= $2 ORDER BY seq",
-                    &[&task.as_bytes(), &(row.retained_from(keep) as i64)],
+                    &[&task.as_bytes(), &(from as i64)],
                 )
                 .await?;
             tx.commit().await?;

@@ -71,6 +71,15 @@ pub struct PgOptions {
     /// [`Options::keep_checkpoints`](crate::Options::keep_checkpoints). Checkpoints no
     /// retained one needs are deleted in the commit that retires them.
     pub keep_checkpoints: Option<u32>,
+    /// Retention by age (None: no age bound), as
+    /// [`Options::max_age`](crate::Options::max_age): checkpoints created more than this
+    /// long ago are no longer served (loads of them return `Ok(None)`), except the latest,
+    /// which always is. With [`keep_checkpoints`](Self::keep_checkpoints) too, the
+    /// stricter bound wins. Ages are measured by this client's clock (`now_ms()`, the
+    /// clock each checkpoint's `created_at_ms` is written with, as on a local store), so
+    /// hosts whose clocks disagree disagree on what is retained by that much. Checkpoints
+    /// no retained one needs are deleted in the next commit to the task.
+    pub max_age: Option<Duration>,
 }
 
 impl Default for PgOptions {
@@ -81,6 +90,7 @@ impl Default for PgOptions {
             schema: SCHEMA_DEFAULT.to_string(),
             snapshot_every: SNAPSHOT_EVERY_DEFAULT,
             keep_checkpoints: None,
+            max_age: None,
         }
     }
 }

@@ -143,14 +143,30 @@ async fn insert_checkpoint(
 }
 
 /// Retention: deletes the task's checkpoints below the newest snapshot at or before the
-/// oldest retained seq (the fold base every retained checkpoint needs stays).
-async fn prune(tx: &Transaction<'_>, task: &str, latest: u64, keep: Option<u32>) -> Attempt<()> {
-    let Some(keep) = keep else { return Ok(()) };
-    let retained_from = (latest + 1).saturating_sub(u64::from(keep)).max(1) as i64;
+/// oldest retained seq (the fold base every retained checkpoint needs stays). The oldest
+/// retained seq is the later of the keep-count bound and, with `max_age` (`cutoff_ms`),
+/// the first checkpoint created at or after the cutoff (the latest if none is): one
+/// statement either way.
+async fn prune(
+    tx: &Transaction<'_>,
+    task: &str,
+    latest: u64,
+    keep: Option<u32>,
+    cutoff_ms: Option<u64>,
+) -> Attempt<()> {
+    if keep.is_none() && cutoff_ms.is_none() {
+        return Ok(());
+    }
+    let by_count = keep.map_or(1, |k| (latest + 1).saturating_sub(u64::from(k)).max(1)) as i64;
+    let cutoff = cutoff_ms.map(|c| c.min(i64::MAX as u64) as i64);
     tx.execute(
         "DELETE FROM checkpoints WHERE task = $1 AND seq < (
-             SELECT max(seq) FROM checkpoints WHERE task = $1 AND snapshot AND seq <= $2)",
-        &[&task.as_bytes(), &retained_from],
+             SELECT max(seq) FROM checkpoints WHERE task = $1 AND snapshot AND seq <= greatest(
+                 $2::bigint,
+                 CASE WHEN $3::bigint IS NULL THEN 0 ELSE coalesce(
+                     (SELECT min(seq) FROM checkpoints
+                      WHERE task = $1 AND created_at_ms >= $3::bigint), $4::bigint) END))",
+        &[&task.as_bytes(), &by_count, &cutoff, &(latest as i64)],
     )
     .await?;
     Ok(())
@@ -169,6 +185,7 @@ async fn commit_attempt(
     version: u32,
     snapshot_every: u32,
     keep: Option<u32>,
+    max_age: Option<std::time::Duration>,
 ) -> Attempt<Committed> {
     let tx = c.transaction().await?;
     check_fence(&tx, task, epoch).await?;
@@ -207,7 +224,11 @@ async fn commit_attempt(
         origin: None,
     };
     insert_checkpoint(&tx, id, task, &row, &cp).await?;
-    prune(&tx, task, seq, keep).await?;
+    let cutoff_ms = max_age.map(|age| {
+        let age = age.as_millis().min(u128::from(u64::MAX)) as u64;
+        now_ms().saturating_sub(age)
+    });
+    prune(&tx, task, seq, keep, cutoff_ms).await?;
     tx.commit().await?;
     Ok(Committed::Seq(seq))
 }
@@ -250,6 +271,7 @@ impl<S: State> PgStore<S> {
                         S::VERSION,
                         o.snapshot_every,
                         o.keep_checkpoints,
+                        o.max_age,
                     )
                     .await
                 },
