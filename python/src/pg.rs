@@ -134,6 +134,7 @@ impl PgStore {
             schema,
             snapshot_every: snapshot_every.unwrap_or(d.snapshot_every),
             keep_checkpoints,
+            ..d
         };
         let engine = run(py, || PgEngine::open(&url, options))?;
         Ok(PgStore {

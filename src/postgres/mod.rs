@@ -43,6 +43,8 @@ use crate::store::SNAPSHOT_EVERY_DEFAULT;
 
 /// Default for [`PgOptions::deadline`].
 pub const DEADLINE_DEFAULT: Duration = Duration::from_secs(10);
+/// Default for [`PgOptions::write_ids_kept`]: 7 days.
+pub const WRITE_IDS_KEPT_DEFAULT: Duration = Duration::from_secs(7 * 24 * 3600);
 /// Default for [`PgOptions::pool_idle_max`].
 pub const POOL_IDLE_MAX_DEFAULT: usize = 8;
 /// Default for [`PgOptions::schema`].
@@ -71,6 +73,12 @@ pub struct PgOptions {
     /// [`Options::keep_checkpoints`](crate::Options::keep_checkpoints). Checkpoints no
     /// retained one needs are deleted in the commit that retires them.
     pub keep_checkpoints: Option<u32>,
+    /// How long the record of a write's outcome (its row in `writes`) is kept, counted
+    /// from the write id's creation (default 7 days; longer than zero). Older rows are
+    /// pruned now and then by writes; [`PgStore::resolve`] of a write id older than the
+    /// pruned window is an `Error::Postgres` (its outcome is no longer known), never a
+    /// wrong `NotLanded` (DESIGN.md §7.13.4). Keep it many deadlines long.
+    pub write_ids_kept: Duration,
 }
 
 impl Default for PgOptions {
@@ -81,6 +89,7 @@ impl Default for PgOptions {
             schema: SCHEMA_DEFAULT.to_string(),
             snapshot_every: SNAPSHOT_EVERY_DEFAULT,
             keep_checkpoints: None,
+            write_ids_kept: WRITE_IDS_KEPT_DEFAULT,
         }
     }
 }
@@ -105,6 +114,11 @@ impl PgOptions {
         if self.keep_checkpoints == Some(0) {
             return Err(Error::InvalidArgument(
                 "keep_checkpoints must be None (keep all) or at least 1".into(),
+            ));
+        }
+        if self.write_ids_kept.is_zero() {
+            return Err(Error::InvalidArgument(
+                "write_ids_kept must be longer than zero".into(),
             ));
         }
         if self.deadline.is_zero() {
