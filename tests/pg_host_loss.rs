@@ -446,3 +446,82 @@ fn a_terminated_wait_for_the_standby_is_not_acknowledged() {
         "a commit the standby has not confirmed was reported as {outcome:?}"
     );
 }
+
+/// A commit whose wait for the standby is cancelled (`pg_cancel_backend`) gets COMMIT
+/// success with a WARNING, committed on the primary only. PgStore sees the warning on the
+/// connection and settles the write like an unknown outcome, through `resolve`, whose own
+/// COMMIT waits for the standby: with the standby frozen throughout the commit ends
+/// `Indeterminate`; with the standby thawed within the deadline it returns `Ok`, and only
+/// after the thaw.
+#[test]
+fn a_cancelled_wait_for_the_standby_is_not_acknowledged() {
+    let _serial = common::serial();
+    let pair = Pair::start();
+    let deadline = Duration::from_millis(1500);
+    let store: PgStore = PgStore::open(&url(&pair.primary), options(deadline))
+        .expect("open a PgStore on the primary");
+    assert_eq!(store.commit(TASK, &step(1)).expect("commit step 1"), 1);
+    let standby_pids = Pair::pids(&pair.standby);
+    let waiting = "SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'SyncRep'";
+    let cancel_the_wait = || {
+        let until = Instant::now() + Duration::from_secs(1);
+        while psql(&pair.primary, waiting) != "1" {
+            assert!(
+                Instant::now() < until,
+                "the commit never waited for the standby"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        psql(
+            &pair.primary,
+            "SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE wait_event = 'SyncRep'",
+        );
+    };
+
+    // The standby frozen throughout: never acknowledged.
+    signal("-STOP", &standby_pids);
+    let outcome = std::thread::scope(|s| {
+        let commit = s.spawn(|| store.commit(TASK, &step(2)));
+        cancel_the_wait();
+        commit.join().expect("the commit thread")
+    });
+    signal("-CONT", &standby_pids);
+    assert!(
+        matches!(outcome, Err(Error::Indeterminate { .. })),
+        "a commit whose wait for the standby was cancelled, the standby frozen, was reported as \
+         {outcome:?}"
+    );
+    // It committed on the primary; once the standby is back, resolve says so.
+    let Err(Error::Indeterminate { write_id, .. }) = outcome else {
+        unreachable!()
+    };
+    assert_eq!(
+        store.resolve(&write_id).expect("resolve after the thaw"),
+        Resolution::Landed { seq: Some(2) }
+    );
+
+    // The standby thawed within the deadline: acknowledged, but only after the thaw.
+    signal("-STOP", &standby_pids);
+    let (outcome, thawed_at, acked_at) = std::thread::scope(|s| {
+        let commit = s.spawn(|| {
+            let r = store.commit(TASK, &step(3));
+            (r, Instant::now())
+        });
+        cancel_the_wait();
+        std::thread::sleep(Duration::from_millis(300));
+        let thawed_at = Instant::now();
+        signal("-CONT", &standby_pids);
+        let (r, acked_at) = commit.join().expect("the commit thread");
+        (r, thawed_at, acked_at)
+    });
+    assert_eq!(outcome.expect("the commit, the standby thawed"), 3);
+    assert!(
+        acked_at >= thawed_at,
+        "the commit was acknowledged before the standby could have it"
+    );
+    eprintln!(
+        "cancelled wait for the standby: frozen → Indeterminate, resolved Landed after the thaw; \
+         thawed → Ok(3) {} ms after the thaw",
+        (acked_at - thawed_at).as_millis()
+    );
+}

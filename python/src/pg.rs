@@ -137,6 +137,7 @@ impl PgStore {
             snapshot_every: snapshot_every.unwrap_or(d.snapshot_every),
             keep_checkpoints,
             max_age: max_age_ms.map(Duration::from_millis),
+            ..d
         };
         let engine = run(py, || PgEngine::open(&url, options))?;
         Ok(PgStore {

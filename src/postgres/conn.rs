@@ -2,12 +2,14 @@
 //! which failures leave a call's outcome known.
 
 use std::str::FromStr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use parking_lot::Mutex;
 use tokio::time::{Instant, sleep, timeout_at};
 use tokio_postgres::types::FromSql;
-use tokio_postgres::{Client, Config, NoTls, Row};
+use tokio_postgres::{AsyncMessage, Client, Config, NoTls, Row};
 
 use super::PgOptions;
 use crate::error::{Error, Result};
@@ -85,6 +87,46 @@ impl RowExt for Row {
     }
 }
 
+/// A pooled connection: the client, and how many times its server said it cancelled a
+/// COMMIT's wait for a synchronous standby (DESIGN.md §7.13.5), counted by the task that
+/// drives the connection before it hands the COMMIT's answer on.
+pub(super) struct Conn {
+    client: Client,
+    sync_rep_cancels: Arc<AtomicU64>,
+}
+
+impl Conn {
+    /// The count of cancelled waits for the standby so far: a write compares it before
+    /// and after its COMMIT.
+    pub fn sync_rep_cancels(&self) -> u64 {
+        self.sync_rep_cancels.load(Ordering::Acquire)
+    }
+}
+
+impl std::ops::Deref for Conn {
+    type Target = Client;
+    fn deref(&self) -> &Client {
+        &self.client
+    }
+}
+
+impl std::ops::DerefMut for Conn {
+    fn deref_mut(&mut self) -> &mut Client {
+        &mut self.client
+    }
+}
+
+/// Whether a notice is PostgreSQL's warning that a COMMIT's wait for a synchronous standby
+/// was cancelled (`pg_cancel_backend`, a cancel request): the COMMIT then reports success
+/// though the transaction committed on the primary only. The warning has no SQLSTATE of its
+/// own (01000), so it is told by its text, which the server's `lc_messages` must leave in
+/// English.
+fn is_sync_rep_cancel(notice: &tokio_postgres::error::DbError) -> bool {
+    notice
+        .message()
+        .starts_with("canceling wait for synchronous replication")
+}
+
 /// What every clone of a `PgStore` shares.
 pub(super) struct Shared {
     pub options: PgOptions,
@@ -93,7 +135,9 @@ pub(super) struct Shared {
     pub read_only: bool,
     config: Config,
     /// Idle connections, most recently used last.
-    idle: Mutex<Vec<Client>>,
+    idle: Mutex<Vec<Conn>>,
+    /// Writes that returned `Ok` on this handle: every `PRUNE_EVERY`th prunes `writes`.
+    pub writes_done: std::sync::atomic::AtomicU64,
     /// Drives the connections; calls block on it from the caller's thread. Declared last,
     /// so the clients above close before it shuts down.
     rt: tokio::runtime::Runtime,
@@ -140,6 +184,7 @@ impl Shared {
             read_only,
             config,
             idle: Mutex::new(Vec::new()),
+            writes_done: std::sync::atomic::AtomicU64::new(0),
             rt,
         })
     }
@@ -150,7 +195,7 @@ impl Shared {
     }
 
     /// A connection: an idle one that is still open, or a new one.
-    pub async fn get(&self) -> Attempt<Client> {
+    pub async fn get(&self) -> Attempt<Conn> {
         loop {
             let Some(client) = self.idle.lock().pop() else {
                 break;
@@ -159,18 +204,38 @@ impl Shared {
                 return Ok(client);
             }
         }
-        let (client, connection) = self.config.connect(NoTls).await?;
+        let (client, mut connection) = self.config.connect(NoTls).await?;
+        let sync_rep_cancels = Arc::new(AtomicU64::new(0));
+        let counter = sync_rep_cancels.clone();
         tokio::spawn(async move {
-            if let Err(e) = connection.await {
-                tracing::debug!("PostgreSQL connection ended: {e}");
+            // Drives the connection; a notice is seen here before the answer that follows
+            // it reaches the client.
+            loop {
+                match std::future::poll_fn(|cx| connection.poll_message(cx)).await {
+                    Some(Ok(AsyncMessage::Notice(n))) => {
+                        if is_sync_rep_cancel(&n) {
+                            counter.fetch_add(1, Ordering::Release);
+                        }
+                        tracing::debug!("PostgreSQL notice: {}", n.message());
+                    }
+                    Some(Ok(_)) => {}
+                    Some(Err(e)) => {
+                        tracing::debug!("PostgreSQL connection ended: {e}");
+                        break;
+                    }
+                    None => break,
+                }
             }
         });
-        Ok(client)
+        Ok(Conn {
+            client,
+            sync_rep_cancels,
+        })
     }
 
     /// Gives a connection back after a call that ended cleanly (its transaction committed
     /// or rolled back); one that failed is dropped instead, and with it its session.
-    pub fn put(&self, client: Client) {
+    pub fn put(&self, client: Conn) {
         let mut idle = self.idle.lock();
         if !client.is_closed() && idle.len() < self.options.pool_idle_max {
             idle.push(client);

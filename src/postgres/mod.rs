@@ -43,6 +43,8 @@ use crate::store::SNAPSHOT_EVERY_DEFAULT;
 
 /// Default for [`PgOptions::deadline`].
 pub const DEADLINE_DEFAULT: Duration = Duration::from_secs(10);
+/// Default for [`PgOptions::write_ids_kept`]: 7 days.
+pub const WRITE_IDS_KEPT_DEFAULT: Duration = Duration::from_secs(7 * 24 * 3600);
 /// Default for [`PgOptions::pool_idle_max`].
 pub const POOL_IDLE_MAX_DEFAULT: usize = 8;
 /// Default for [`PgOptions::schema`].
@@ -80,6 +82,12 @@ pub struct PgOptions {
     /// hosts whose clocks disagree disagree on what is retained by that much. Checkpoints
     /// no retained one needs are deleted in the next commit to the task.
     pub max_age: Option<Duration>,
+    /// How long the record of a write's outcome (its row in `writes`) is kept, counted
+    /// from the write id's creation (default 7 days; longer than zero). Older rows are
+    /// pruned now and then by writes; [`PgStore::resolve`] of a write id older than the
+    /// pruned window is an `Error::Postgres` (its outcome is no longer known), never a
+    /// wrong `NotLanded` (DESIGN.md §7.13.4). Keep it many deadlines long.
+    pub write_ids_kept: Duration,
 }
 
 impl Default for PgOptions {
@@ -91,6 +99,7 @@ impl Default for PgOptions {
             snapshot_every: SNAPSHOT_EVERY_DEFAULT,
             keep_checkpoints: None,
             max_age: None,
+            write_ids_kept: WRITE_IDS_KEPT_DEFAULT,
         }
     }
 }
@@ -115,6 +124,11 @@ impl PgOptions {
         if self.keep_checkpoints == Some(0) {
             return Err(Error::InvalidArgument(
                 "keep_checkpoints must be None (keep all) or at least 1".into(),
+            ));
+        }
+        if self.write_ids_kept.is_zero() {
+            return Err(Error::InvalidArgument(
+                "write_ids_kept must be longer than zero".into(),
             ));
         }
         if self.deadline.is_zero() {

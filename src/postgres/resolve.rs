@@ -3,8 +3,9 @@
 use tokio_postgres::Client;
 
 use super::PgStore;
-use super::conn::{Attempt, RowExt};
-use crate::error::Result;
+use super::conn::{Attempt, Fail, RowExt};
+use super::write::write_id_created_ms;
+use crate::error::{Error, Result};
 use crate::state::State;
 
 /// What became of a write.
@@ -31,29 +32,68 @@ pub enum Resolution {
 /// answers nothing) would resolve as `Landed` on the primary at once, committed locally
 /// but perhaps never replicated; now `Landed` comes back only once the standby has it
 /// (DESIGN.md §7.13.5).
+///
+/// `writes` is pruned (`Shared::prune`): an id created before the watermark
+/// (`writes_pruned.before_ms`), or any id without a creation time once something was
+/// pruned, may have landed and lost its row, so if its row is gone the answer is
+/// `Error::Postgres` (its outcome is no longer recorded), never `NotLanded`. The watermark
+/// row is read `FOR SHARE` in the same transaction, so no prune deletes a row between that
+/// check and the insert.
 pub(super) async fn resolve_on(c: &mut Client, id: &str) -> Attempt<Resolution> {
-    c.execute(
+    let tx = c.transaction().await?;
+    let before_ms: i64 = tx
+        .query_one(
+            "SELECT before_ms FROM writes_pruned WHERE id = 1 FOR SHARE",
+            &[],
+        )
+        .await?
+        .col(0)?;
+    let maybe_pruned = match write_id_created_ms(id) {
+        Some(ms) => ms < before_ms,
+        None => before_ms > 0,
+    };
+    if maybe_pruned
+        && tx
+            .query_opt("SELECT 1 FROM writes WHERE write_id = $1", &[&id])
+            .await?
+            .is_none()
+    {
+        tx.rollback().await?;
+        return Err(Fail::Api(Error::Postgres {
+            context: "resolving a write".into(),
+            message: format!(
+                "the outcome of write {id:?} is no longer recorded: it is older than the \
+                 pruned window (PgOptions::write_ids_kept; pruned before {before_ms} ms since \
+                 the epoch); whether it landed can only be read from the task's history"
+            ),
+        }));
+    }
+    tx.execute(
         "INSERT INTO writes (write_id, landed) VALUES ($1, false)
          ON CONFLICT (write_id) DO UPDATE SET landed = writes.landed",
         &[&id],
     )
     .await?;
-    let row = c
+    let row = tx
         .query_one("SELECT landed, seq FROM writes WHERE write_id = $1", &[&id])
         .await?;
-    Ok(match row.col::<bool>(0)? {
+    let resolution = match row.col::<bool>(0)? {
         true => Resolution::Landed {
             seq: row.col::<Option<i64>>(1)?.map(|s| s as u64),
         },
         false => Resolution::NotLanded,
-    })
+    };
+    tx.commit().await?;
+    Ok(resolution)
 }
 
 impl<S: State> PgStore<S> {
     /// Settles the write named by an `Error::Indeterminate`: whether it landed (and at
     /// which seq), or that it did not and now never will. Waits for the write's transaction
     /// if the server still has it open; `Error::Postgres` if the server does not answer
-    /// within the deadline (call again later).
+    /// within the deadline (call again later), or if the id is older than the kept window
+    /// ([`PgOptions::write_ids_kept`](super::PgOptions::write_ids_kept)) and its record was
+    /// pruned: its outcome is then no longer known (read the task's history instead).
     /// A read-only handle refuses it ([`Error::ReadOnly`](crate::Error::ReadOnly)):
     /// settling a write inserts its id.
     pub fn resolve(&self, write_id: &str) -> Result<Resolution> {

@@ -9,14 +9,15 @@ use super::conn::{Attempt, Fail, RowExt};
 use crate::error::Error;
 
 /// The schema version this build writes and reads.
-pub(crate) const SCHEMA_VERSION: i32 = 1;
+pub(crate) const SCHEMA_VERSION: i32 = 2;
 
 /// The statements taking the schema from version `i` to `i + 1`.
-const MIGRATIONS: &[&[&str]] = &[&[
-    // One row per task that has a checkpoint or a tool call: the snapshot policy's
-    // counters, the schema versions of the records its latest state folds from (§7.6),
-    // and the row every write of the task locks first.
-    "CREATE TABLE IF NOT EXISTS tasks (
+const MIGRATIONS: &[&[&str]] = &[
+    &[
+        // One row per task that has a checkpoint or a tool call: the snapshot policy's
+        // counters, the schema versions of the records its latest state folds from (§7.6),
+        // and the row every write of the task locks first.
+        "CREATE TABLE IF NOT EXISTS tasks (
         task bytea PRIMARY KEY,
         latest_seq bigint NOT NULL,
         latest_created_at_ms bigint NOT NULL,
@@ -25,9 +26,9 @@ const MIGRATIONS: &[&[&str]] = &[&[
         delta_bytes_since_snapshot bigint NOT NULL,
         versions_since_snapshot integer[] NOT NULL
     )",
-    // A checkpoint's body is the postcard encoding of the delta or the state, exactly as
-    // in a local store's record; `origin_*` only on seq 1 of a fork.
-    "CREATE TABLE IF NOT EXISTS checkpoints (
+        // A checkpoint's body is the postcard encoding of the delta or the state, exactly as
+        // in a local store's record; `origin_*` only on seq 1 of a fork.
+        "CREATE TABLE IF NOT EXISTS checkpoints (
         task bytea NOT NULL,
         seq bigint NOT NULL,
         created_at_ms bigint NOT NULL,
@@ -39,7 +40,7 @@ const MIGRATIONS: &[&[&str]] = &[&[
         write_id text NOT NULL,
         PRIMARY KEY (task, seq)
     )",
-    "CREATE TABLE IF NOT EXISTS calls (
+        "CREATE TABLE IF NOT EXISTS calls (
         task bytea NOT NULL,
         call_id bytea NOT NULL,
         tool bytea NOT NULL,
@@ -49,25 +50,37 @@ const MIGRATIONS: &[&[&str]] = &[&[
         created_at_ms bigint NOT NULL,
         PRIMARY KEY (task, call_id)
     )",
-    // Never deleted with the task: an epoch must only grow, or a fenced writer could match
-    // a later lease's epoch.
-    "CREATE TABLE IF NOT EXISTS leases (
+        // Never deleted with the task: an epoch must only grow, or a fenced writer could match
+        // a later lease's epoch.
+        "CREATE TABLE IF NOT EXISTS leases (
         task bytea PRIMARY KEY,
         epoch bigint NOT NULL,
         holder text NOT NULL,
         expires_at timestamptz NOT NULL
     )",
-    // Every write transaction inserts its write id here; `resolve` inserts the id as not
-    // landed, which either waits for the write's transaction to end or keeps it from ever
-    // committing (DESIGN.md §7.13.4).
-    "CREATE TABLE IF NOT EXISTS writes (
+        // Every write transaction inserts its write id here; `resolve` inserts the id as not
+        // landed, which either waits for the write's transaction to end or keeps it from ever
+        // committing (DESIGN.md §7.13.4).
+        "CREATE TABLE IF NOT EXISTS writes (
         write_id text PRIMARY KEY,
         task bytea,
         seq bigint,
         landed boolean NOT NULL,
         at timestamptz NOT NULL DEFAULT clock_timestamp()
     )",
-]];
+    ],
+    // Version 2: `writes` is pruned (DESIGN.md §7.13.4). The watermark: every write id created
+    // (by the milliseconds its id starts with) before `before_ms` may have been deleted, so
+    // `resolve` refuses to declare such an id not landed. 0: nothing pruned yet.
+    &[
+        "CREATE TABLE IF NOT EXISTS writes_pruned (
+        id integer PRIMARY KEY CHECK (id = 1),
+        before_ms bigint NOT NULL
+    )",
+        "INSERT INTO writes_pruned (id, before_ms) VALUES (1, 0) ON CONFLICT (id) DO NOTHING",
+        "CREATE INDEX IF NOT EXISTS writes_at ON writes (at)",
+    ],
+];
 
 /// Creates the schema or brings it to [`SCHEMA_VERSION`].
 pub(super) async fn migrate(c: &mut Client, schema: &str) -> Attempt<()> {

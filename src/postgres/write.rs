@@ -14,14 +14,17 @@ use super::conn::{Attempt, Fail, RETRY_PAUSE, RowExt, Shared, deadline_error, de
 use super::resolve::{Resolution, resolve_on};
 use crate::error::{Error, Result};
 
-/// A write id no other write of any process uses: 128 bits from the process's random hash
-/// keys, its pid, the time and a counter, as 32 hex digits.
+/// A write id no other write of any process uses: the milliseconds since the epoch it was
+/// made at (decimal), `-`, then 128 bits from the process's random hash keys, its pid, the
+/// time and a counter, as 32 hex digits. The time lets `resolve` tell an id whose row may
+/// have been pruned from one never sent (DESIGN.md §7.13.4).
 pub(super) fn new_write_id() -> String {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-    let nanos = std::time::SystemTime::now()
+    let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64);
+        .unwrap_or_default();
+    let nanos = now.as_nanos() as u64;
     let mut halves = [0u64; 2];
     for (i, half) in halves.iter_mut().enumerate() {
         let mut h = std::collections::hash_map::RandomState::new().build_hasher();
@@ -31,10 +34,94 @@ pub(super) fn new_write_id() -> String {
         h.write_usize(i);
         *half = h.finish();
     }
-    format!("{:016x}{:016x}", halves[0], halves[1])
+    format!("{}-{:016x}{:016x}", now.as_millis(), halves[0], halves[1])
 }
 
+/// The creation time (ms since the epoch) a write id of [`new_write_id`]'s form carries:
+/// 1 to 18 digits, then `-`. `None` for any other id (ids of builds before schema version
+/// 2: 32 hex digits). `PRUNE_SQL` recognises the same form on the server.
+pub(super) fn write_id_created_ms(id: &str) -> Option<i64> {
+    let (ms, _) = id.split_once('-')?;
+    if ms.is_empty() || ms.len() > 18 || !ms.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    ms.parse().ok()
+}
+
+/// Every this many writes that returned `Ok`, a handle prunes `writes` once.
+const PRUNE_EVERY: u64 = 64;
+/// At most this many rows one prune deletes (so it never runs long): with `PRUNE_EVERY`,
+/// pruning keeps up with up to 15 times the rate of writes.
+const PRUNE_ROWS_MAX: i64 = 1000;
+/// A prune gives up after this long (or the call's deadline, if sooner); it is tried again
+/// `PRUNE_EVERY` writes later.
+const PRUNE_TIME_MAX: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Raises the watermark to (server time − `write_ids_kept`), never lowering it.
+const RAISE_WATERMARK_SQL: &str = "UPDATE writes_pruned
+    SET before_ms = GREATEST(before_ms,
+        (extract(epoch FROM clock_timestamp()) * 1000)::bigint - $1)
+    WHERE id = 1 RETURNING before_ms";
+/// Deletes up to `$2` rows both written (server time) and, for an id of the timed form,
+/// created (its own time) before the watermark `$1`: so no id created at or after the
+/// watermark is ever deleted, whatever the clocks' skew. The CASE keeps the cast off other
+/// ids.
+const PRUNE_SQL: &str = "DELETE FROM writes WHERE write_id IN (
+    SELECT write_id FROM writes
+    WHERE at < to_timestamp($1::bigint / 1000.0)
+      AND CASE WHEN write_id ~ '^[0-9]{1,18}-'
+               THEN split_part(write_id, '-', 1)::bigint < $1
+               ELSE true END
+    LIMIT $2)";
+
 impl Shared {
+    /// Counts a write that returned `Ok`; every `PRUNE_EVERY`th prunes `writes`, best
+    /// effort (a failure is only logged) and bounded in time.
+    async fn after_write(&self, deadline: Instant) {
+        let n = self.writes_done.fetch_add(1, Ordering::Relaxed) + 1;
+        if !n.is_multiple_of(PRUNE_EVERY) {
+            return;
+        }
+        let until = deadline.min(Instant::now() + PRUNE_TIME_MAX);
+        match timeout_at(until, self.prune()).await {
+            Ok(Ok(deleted)) => tracing::debug!("pruned {deleted} rows of writes"),
+            Ok(Err(Fail::Db(e))) => tracing::debug!("pruning writes failed: {e}"),
+            Ok(Err(Fail::Api(e))) => tracing::debug!("pruning writes failed: {e}"),
+            Err(_) => tracing::debug!("pruning writes ran out of time"),
+        }
+    }
+
+    /// One prune, in one short transaction: raise the watermark, then delete rows below
+    /// it. The watermark row's lock orders it with `resolve_on` (which reads the row `FOR
+    /// SHARE`), so a resolve never sees a row vanish under it; `lock_timeout` keeps a
+    /// prune from queueing behind a resolve that waits for an open write.
+    async fn prune(&self) -> Attempt<u64> {
+        let mut client = self.get().await?;
+        let out = async {
+            let tx = client.transaction().await?;
+            tx.batch_execute("SET LOCAL lock_timeout = '100ms'").await?;
+            let kept_ms = self
+                .options
+                .write_ids_kept
+                .as_millis()
+                .min(i64::MAX as u128) as i64;
+            let before_ms: i64 = tx
+                .query_one(RAISE_WATERMARK_SQL, &[&kept_ms])
+                .await?
+                .col(0)?;
+            let deleted = tx
+                .execute(PRUNE_SQL, &[&before_ms, &PRUNE_ROWS_MAX])
+                .await?;
+            tx.commit().await?;
+            Ok(deleted)
+        }
+        .await;
+        if out.is_ok() {
+            self.put(client);
+        }
+        out
+    }
+
     /// Runs one write of `task`: `f` gets a connection and this attempt's write id, opens
     /// its transaction, checks the fence, records the write id and commits. A failure that
     /// leaves the outcome unknown is settled on a fresh connection (`resolve_on`): a write
@@ -55,17 +142,44 @@ impl Shared {
             loop {
                 let id = new_write_id();
                 let sent = Cell::new(false);
+                let cancelled = Cell::new(false);
                 let attempt = async {
                     let mut client = self.get().await?;
                     sent.set(true);
+                    let cancels = client.sync_rep_cancels();
                     let out = f(&mut client, &id).await;
+                    cancelled.set(client.sync_rep_cancels() != cancels);
                     if !matches!(out, Err(Fail::Db(_))) {
                         self.put(client);
                     }
                     out
                 };
                 let cause = match timeout_at(deadline, attempt).await {
-                    Ok(Ok(v)) => return Ok(v),
+                    // COMMIT said success, with the warning that its wait for the
+                    // synchronous standby was cancelled: committed on the primary, perhaps
+                    // not on the standby. Settled like an unknown outcome: `resolve_on`'s
+                    // own COMMIT waits for the standby (DESIGN.md §7.13.5).
+                    Ok(Ok(v)) if cancelled.get() => match self.settle(&id, deadline).await {
+                        Some(Resolution::Landed { .. }) => {
+                            self.after_write(deadline).await;
+                            return Ok(v);
+                        }
+                        Some(Resolution::NotLanded) => {
+                            "the wait for the standby was cancelled and the write did not land"
+                                .to_string()
+                        }
+                        None => {
+                            let cause = "the server cancelled the COMMIT's wait for the \
+                                         synchronous standby (pg_cancel_backend): committed on \
+                                         the primary, not known to be on the standby"
+                                .to_string();
+                            return Err(indeterminate(task, &id, cause));
+                        }
+                    },
+                    Ok(Ok(v)) => {
+                        self.after_write(deadline).await;
+                        return Ok(v);
+                    }
                     Ok(Err(Fail::Api(e))) => return Err(e),
                     Ok(Err(Fail::Db(e))) if definite(&e) => return Err(pg_error(context, &e)),
                     Ok(Err(Fail::Db(e))) if !sent.get() => e.to_string(),
@@ -99,15 +213,22 @@ impl Shared {
         loop {
             let attempt = async {
                 let mut client = self.get().await?;
+                let cancels = client.sync_rep_cancels();
                 let out = resolve_on(&mut client, id).await;
+                let again = client.sync_rep_cancels() != cancels;
                 if out.is_ok() {
                     self.put(client);
                 }
-                out
+                out.map(|r| (r, again))
             };
             match timeout_at(deadline, attempt).await {
-                Ok(Ok(resolution)) => return Some(resolution),
-                Ok(Err(_)) => {}
+                // The resolve's own wait for the standby was cancelled too: ask again.
+                Ok(Ok((_, true))) => {}
+                Ok(Ok((resolution, false))) => return Some(resolution),
+                // The id predates the pruned window (only with a client clock far behind
+                // the server's): its outcome cannot be learnt.
+                Ok(Err(Fail::Api(_))) => return None,
+                Ok(Err(Fail::Db(_))) => {}
                 Err(_) => return None,
             }
             if timeout_at(deadline, sleep(RETRY_PAUSE)).await.is_err() {

@@ -1,0 +1,177 @@
+//! The `writes` table's bounded lifetime (DESIGN.md §7.13.4): rows older than
+//! `PgOptions::write_ids_kept` are pruned by writes, commits keep working, and `resolve` of
+//! a pruned id is an error, never a wrong `NotLanded`; recent ids and old-format ids whose
+//! rows remain resolve as before.
+#![cfg(feature = "postgres")]
+
+mod common;
+
+use std::process::Command;
+use std::time::Duration;
+
+use agentwal::postgres::{PgOptions, PgStore, Resolution};
+use agentwal::{AgentDelta, Error};
+
+/// One value from `psql` on the test server.
+fn psql(sql: &str) -> String {
+    let out = Command::new("runuser")
+        .args(["-u", "postgres", "--", "psql", "-h", &common::pg::host()])
+        .args(["-U", "postgres", "-d", "postgres", "-qAt", "-c", sql])
+        .output()
+        .expect("run psql");
+    assert!(
+        out.status.success(),
+        "psql {sql:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+fn write_id_of(schema: &str, task: &str, seq: u64) -> String {
+    psql(&format!(
+        "SELECT write_id FROM {schema}.checkpoints WHERE task = convert_to('{task}', 'UTF8') AND seq = {seq}"
+    ))
+}
+
+fn now_ms() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis()
+}
+
+fn step(n: u64) -> AgentDelta {
+    common::pg::probe_step(n)
+}
+
+#[test]
+fn pruned_write_ids_are_an_error_to_resolve_and_fresh_ones_resolve() {
+    let options = PgOptions {
+        write_ids_kept: Duration::from_secs(1),
+        ..PgOptions::default()
+    };
+    let store: PgStore = common::pg::store("writes_pruned", options);
+    let schema = store.options().schema.clone();
+    assert_eq!(
+        psql(&format!("SELECT before_ms FROM {schema}.writes_pruned")),
+        "0"
+    );
+
+    assert_eq!(store.commit("t", &step(1)).unwrap(), 1);
+    let first = write_id_of(&schema, "t", 1);
+    assert!(first.split_once('-').is_some(), "a timed id: {first}");
+    assert_eq!(
+        store.resolve(&first).unwrap(),
+        Resolution::Landed { seq: Some(1) }
+    );
+    // An id of the format before schema version 2 (32 hex digits), whose row exists.
+    let old = "0123456789abcdef0123456789abcdef";
+    psql(&format!(
+        "INSERT INTO {schema}.writes (write_id, task, seq, landed) VALUES ('{old}', 'x', 1, true)"
+    ));
+
+    std::thread::sleep(Duration::from_millis(1500));
+    // Writes after the window prune: 64 writes per prune, and the window is 1 s.
+    for n in 2..=140u64 {
+        assert_eq!(store.commit("t", &step(n)).unwrap(), n);
+    }
+    let before_ms: u128 = psql(&format!("SELECT before_ms FROM {schema}.writes_pruned"))
+        .parse()
+        .unwrap();
+    assert!(before_ms > 0, "the watermark was raised");
+    assert_eq!(
+        psql(&format!(
+            "SELECT count(*) FROM {schema}.writes WHERE write_id IN ('{first}', '{old}')"
+        )),
+        "0",
+        "the first write's row and the old-format row were pruned"
+    );
+    let rows: u64 = psql(&format!("SELECT count(*) FROM {schema}.writes"))
+        .parse()
+        .unwrap();
+    assert!(rows < 140, "{rows} rows of writes left of 141");
+
+    // The landed, pruned write: an error saying so, never NotLanded.
+    match store.resolve(&first) {
+        Err(Error::Postgres { message, .. }) => {
+            assert!(message.contains("no longer recorded"), "{message}")
+        }
+        other => panic!("resolve of a pruned id: {other:?}"),
+    }
+    // Asking again gives the same answer (nothing was inserted).
+    assert!(matches!(store.resolve(&first), Err(Error::Postgres { .. })));
+    // An old-format id once something was pruned: it may have landed, so an error too.
+    assert!(matches!(store.resolve(old), Err(Error::Postgres { .. })));
+
+    // A recent write still resolves; a recent id never sent is NotLanded.
+    let last = write_id_of(&schema, "t", 140);
+    assert_eq!(
+        store.resolve(&last).unwrap(),
+        Resolution::Landed { seq: Some(140) }
+    );
+    let never = format!("{}-{:032x}", now_ms(), 7);
+    assert_eq!(store.resolve(&never).unwrap(), Resolution::NotLanded);
+    assert_eq!(store.resolve(&never).unwrap(), Resolution::NotLanded);
+    // An old-format id whose row exists still resolves from it.
+    let old2 = "fedcba9876543210fedcba9876543210";
+    psql(&format!(
+        "INSERT INTO {schema}.writes (write_id, task, seq, landed) VALUES ('{old2}', 'x', 9, true)"
+    ));
+    assert_eq!(
+        store.resolve(old2).unwrap(),
+        Resolution::Landed { seq: Some(9) }
+    );
+    // Commits keep working and the history is whole.
+    assert_eq!(store.commit("t", &step(141)).unwrap(), 141);
+    assert_eq!(store.list_checkpoints("t").unwrap().len(), 141);
+}
+
+#[test]
+fn a_schema_at_version_1_is_migrated_to_2_and_resolves_as_before() {
+    let schema = common::pg::fresh_schema("writes_v1");
+    let options = PgOptions {
+        schema: schema.clone(),
+        ..PgOptions::default()
+    };
+    let store: PgStore = PgStore::open(&common::pg::url(), options.clone()).unwrap();
+    store.commit("t", &step(1)).unwrap();
+    let id = write_id_of(&schema, "t", 1);
+    drop(store);
+    // Back to version 1 (as a build before pruning left it), with an old-format id.
+    psql(&format!(
+        "DROP TABLE {schema}.writes_pruned; DROP INDEX {schema}.writes_at; \
+         UPDATE {schema}.schema_version SET version = 1; \
+         INSERT INTO {schema}.writes (write_id, task, seq, landed) \
+         VALUES ('00000000000000000000000000000001', 't', 1, true)"
+    ));
+    let store: PgStore = PgStore::open(&common::pg::url(), options.clone()).unwrap();
+    assert_eq!(
+        psql(&format!("SELECT version FROM {schema}.schema_version")),
+        "2"
+    );
+    assert_eq!(
+        store.resolve("00000000000000000000000000000001").unwrap(),
+        Resolution::Landed { seq: Some(1) }
+    );
+    assert_eq!(
+        store.resolve(&id).unwrap(),
+        Resolution::Landed { seq: Some(1) }
+    );
+    assert_eq!(
+        store.resolve("00000000000000000000000000000002").unwrap(),
+        Resolution::NotLanded
+    );
+    // Opening again runs no migration twice.
+    let again: PgStore = PgStore::open(&common::pg::url(), options).unwrap();
+    assert_eq!(again.commit("t", &step(2)).unwrap(), 2);
+}
+
+#[test]
+fn write_ids_kept_of_zero_is_refused() {
+    let options = PgOptions {
+        write_ids_kept: Duration::ZERO,
+        ..PgOptions::default()
+    };
+    let r = PgStore::<agentwal::AgentState>::open("host=/nonexistent", options);
+    assert!(matches!(r, Err(Error::InvalidArgument(_))), "{r:?}");
+}
