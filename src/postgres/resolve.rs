@@ -94,7 +94,7 @@ impl<S: State> PgStore<S> {
     /// within the deadline (call again later), or if the id is older than the kept window
     /// ([`PgOptions::write_ids_kept`](super::PgOptions::write_ids_kept)) and its record was
     /// pruned: its outcome is then no longer known (read the task's history instead).
-    /// A read-only handle refuses it ([`Error::ReadOnly`](crate::Error::ReadOnly)):
+    /// A read-only handle refuses it ([`Error::ReadOnly`]):
     /// settling a write inserts its id.
     pub fn resolve(&self, write_id: &str) -> Result<Resolution> {
         self.shared.writable()?;
