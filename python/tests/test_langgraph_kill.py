@@ -185,7 +185,12 @@ class ForkServer:
             except queue.Empty:
                 if killed or kill_after is None:
                     raise AssertionError(f"round hung: {r.lines[-3:]} {self.stderr()}")
-                os.kill(pid, signal.SIGKILL)  # not reaped yet: the server waits for "exit"
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    # It ended on its own and the server reaped it just now: its "exit"
+                    # line is on the way.
+                    pass
                 killed = True
                 continue
             if line.startswith(f"exit {pid} "):
