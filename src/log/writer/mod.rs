@@ -254,6 +254,36 @@ impl Writer {
 
     /// Appends one record; returns once it is durable (`Always`) or written (otherwise).
     pub fn append(&self, kind: u8, payload: &[u8]) -> Result<(u64, RecordPos)> {
+        let (shared, lsn, pos) = self.queue(kind, payload)?;
+        let durable = matches!(self.sync, SyncMode::Always);
+        self.drive(shared, lsn + 1, durable)?;
+        Ok((lsn, pos))
+    }
+
+    /// Queues one record without waiting: `then` is told once it is durable (`Always`)
+    /// or written (otherwise), or that it failed, by the thread that finishes its batch
+    /// (the syncer, or a blocking appender leading). The caller must make sure a syncer
+    /// runs ([`run_syncer`](Self::run_syncer)).
+    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
+    pub fn append_then(&self, kind: u8, then: Box<dyn AppendThen>) {
+        let payload = then.payload();
+        let payload_bytes = payload.len();
+        match self.queue(kind, payload) {
+            Ok((mut shared, lsn, pos)) => {
+                // Within a segment: `queue` checked the size.
+                let bytes = record_bytes(payload_bytes);
+                let appended = Appended { lsn, pos, bytes };
+                shared.completions.push_back(Completion { appended, then });
+                self.async_work.notify_one();
+            }
+            Err(e) => then.done(Err(e)),
+        }
+    }
+
+    /// What both appends do first: checks the size, checksums a large payload outside
+    /// the lock, then under `shared` (returned, still held) refuses a poisoned handle,
+    /// reserves the record's LSN and position and queues its bytes.
+    fn queue(&self, kind: u8, payload: &[u8]) -> Result<(MutexGuard<'_, Shared>, u64, RecordPos)> {
         let limit = self.payload_bytes_max();
         if payload.len() as u64 > limit {
             return Err(Error::RecordTooLarge {
@@ -284,53 +314,7 @@ impl Writer {
             payload,
         );
         self.counters.appends.fetch_add(1, Ordering::Relaxed);
-        let durable = matches!(self.sync, SyncMode::Always);
-        self.drive(shared, lsn + 1, durable)?;
-        Ok((lsn, pos))
-    }
-
-    /// Queues one record without waiting: `then` is told once it is durable (`Always`)
-    /// or written (otherwise), or that it failed, by the thread that finishes its batch
-    /// (the syncer, or a blocking appender leading). The caller must make sure a syncer
-    /// runs ([`run_syncer`](Self::run_syncer)).
-    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
-    pub fn append_then(&self, kind: u8, then: Box<dyn AppendThen>) {
-        let payload = then.payload();
-        let limit = self.payload_bytes_max();
-        if payload.len() as u64 > limit {
-            let too_large = Error::RecordTooLarge {
-                payload_bytes: payload.len() as u64,
-                limit_bytes: limit,
-            };
-            return then.done(Err(too_large));
-        }
-        let payload_crc =
-            (payload.len() >= APPENDER_CRC_MIN_BYTES).then(|| record::payload_crc(payload));
-        let mut shared = self.shared.lock();
-        if let Some(cause) = &shared.poisoned {
-            let cause = cause.clone();
-            drop(shared);
-            return then.done(Err(Error::Poisoned { cause }));
-        }
-        let lsn = shared.next_lsn;
-        let pos = reserve(&mut shared.tail, payload.len() as u64, self.segment_bytes);
-        shared.next_lsn += 1;
-        let pending = Pending {
-            lsn,
-            pos,
-            kind,
-            payload_crc,
-            payload_len: payload.len() as u32,
-        };
-        shared.queue.push(pending, payload);
-        let appended = Appended {
-            lsn,
-            pos,
-            bytes: record_bytes(payload.len()),
-        };
-        shared.completions.push_back(Completion { appended, then });
-        self.counters.appends.fetch_add(1, Ordering::Relaxed);
-        self.async_work.notify_one();
+        Ok((shared, lsn, pos))
     }
 
     /// The syncer: leads batches while `append_then` records wait and no blocking
