@@ -69,9 +69,7 @@ impl<S: State> Store<S> {
                 let _reading = self.inner.relocation.read();
                 let call = slot.data.read().calls.get(call_id).copied();
                 let Some(call) = call else {
-                    return Err(Error::InvalidArgument(format!(
-                        "call {call_id:?} of task {task:?} was never begun; call begin_call first"
-                    )));
+                    return Err(never_begun(task, call_id));
                 };
                 call.finish
                     .map(|done| self.read_result(task, call_id, done))
@@ -190,4 +188,11 @@ impl<S: State> Store<S> {
             })
         })
     }
+}
+
+/// The error for finishing a call that was never begun.
+pub(super) fn never_begun(task: &str, call_id: &str) -> Error {
+    Error::InvalidArgument(format!(
+        "call {call_id:?} of task {task:?} was never begun; call begin_call first"
+    ))
 }

@@ -19,6 +19,7 @@ use std::marker::PhantomData;
 use parking_lot::RawRwLock;
 use parking_lot::lock_api::ArcRwLockReadGuard;
 
+use super::calls::never_begun;
 use super::codec::{CallBeginRec, CallFinishRec};
 use super::commit::Reads;
 use super::gate::{GateGuard, GateWait};
@@ -127,17 +128,13 @@ impl<S: State> Store<S> {
         if gate.slot().data.read().calls.get(rec.call_id).is_some() {
             return self.defer_to_blocking(task, gate, reply);
         }
-        match codec::encode(&rec) {
-            Ok(payload) => self.queue(
-                codec::KIND_CALL_BEGIN,
-                task,
-                gate,
-                payload,
-                Box::new(|_, _, _| ()),
-                reply,
-            ),
-            Err(e) => self.refuse(task, gate, reply, e),
-        }
+        self.queue_call(
+            codec::KIND_CALL_BEGIN,
+            task,
+            gate,
+            codec::encode(&rec),
+            reply,
+        )
     }
 
     /// [`finish_call`](Self::finish_call) for a caller holding the task's `gate`,
@@ -156,26 +153,29 @@ impl<S: State> Store<S> {
         };
         let call = gate.slot().data.read().calls.get(rec.call_id).copied();
         match call {
-            None => {
-                let e = Error::InvalidArgument(format!(
-                    "call {:?} of task {task:?} was never begun; call begin_call first",
-                    rec.call_id
-                ));
-                self.refuse(task, gate, reply, e)
-            }
+            None => self.refuse(task, gate, reply, never_begun(task, call_id)),
             // A finished call is compared with the result on disk: the blocking path.
             Some(call) if call.finish.is_some() => self.defer_to_blocking(task, gate, reply),
-            Some(_) => match codec::encode(&rec) {
-                Ok(payload) => self.queue(
-                    codec::KIND_CALL_FINISH,
-                    task,
-                    gate,
-                    payload,
-                    Box::new(|_, _, _| ()),
-                    reply,
-                ),
-                Err(e) => self.refuse(task, gate, reply, e),
-            },
+            Some(_) => {
+                let payload = codec::encode(&rec);
+                self.queue_call(codec::KIND_CALL_FINISH, task, gate, payload, reply)
+            }
+        }
+    }
+
+    /// Queues an encoded journal entry (nothing follows its indexing), or refuses it if
+    /// it could not be encoded.
+    fn queue_call(
+        &self,
+        kind: u8,
+        task: &str,
+        gate: GateGuard,
+        payload: Result<Vec<u8>>,
+        reply: Reply<()>,
+    ) -> Deferred<()> {
+        match payload {
+            Ok(payload) => self.queue(kind, task, gate, payload, Box::new(|_, _, _| ()), reply),
+            Err(e) => self.refuse(task, gate, reply, e),
         }
     }
 
