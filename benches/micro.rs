@@ -46,7 +46,7 @@ use std::hint::black_box;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use agentwal::log::record::{self, RecordHeader};
+use agentwal::log::record::{self, RecordHeader, Salt};
 use agentwal::log::{FLAG_BATCH_END, FLAG_BATCH_START};
 use agentwal::log::{Log, LogOptions, SyncMode};
 use agentwal::{AgentDelta, Message, Options, Store};
@@ -57,6 +57,9 @@ use criterion::{
     criterion_main,
 };
 use tempfile::TempDir;
+
+/// Records of format v2 carry their segment's salt in their checksums.
+const SALT: Salt = Salt::Salted(0x5a17_0001);
 
 const RECORD_PAYLOADS: [(usize, &str); 4] = [
     (64, "64B"),
@@ -171,7 +174,7 @@ fn record_codec(c: &mut Criterion) {
                 out.clear();
                 let payload = black_box(payload.as_slice());
                 let crc = record::payload_crc(payload);
-                record::encode_into(&mut out, black_box(&header), crc, payload);
+                record::encode_into(&mut out, SALT, black_box(&header), crc, payload);
                 black_box(out.len())
             });
         });
@@ -179,15 +182,16 @@ fn record_codec(c: &mut Criterion) {
         let mut encoded = Vec::new();
         record::encode_into(
             &mut encoded,
+            SALT,
             &header,
             record::payload_crc(&payload),
             &payload,
         );
-        let (decoded, _) = record::decode(&encoded).expect("decode the encoded record");
+        let (decoded, _) = record::decode(&encoded, SALT).expect("decode the encoded record");
         assert_eq!(decoded, header);
         group.bench_function(BenchmarkId::new("decode", name), |b| {
             b.iter(|| {
-                let (h, p) = record::decode(black_box(&encoded)).expect("decode");
+                let (h, p) = record::decode(black_box(&encoded), SALT).expect("decode");
                 black_box((h.lsn, p.len()))
             });
         });

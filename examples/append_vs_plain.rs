@@ -400,7 +400,13 @@ fn encoded_record() -> Vec<u8> {
         flags: 0,
     };
     let mut out = Vec::with_capacity(RECORD_BYTES);
-    record::encode_into(&mut out, &header, record::payload_crc(&payload), &payload);
+    record::encode_into(
+        &mut out,
+        record::Salt::Salted(1),
+        &header,
+        record::payload_crc(&payload),
+        &payload,
+    );
     assert_eq!(out.len(), RECORD_BYTES);
     out
 }

@@ -91,7 +91,7 @@ pub enum Error {
 
     /// A record is larger than a segment can hold.
     #[error(
-        "record of {payload_bytes} bytes exceeds the limit of {limit_bytes} bytes (raise `segment_bytes`)"
+        "record of {payload_bytes} bytes exceeds the format's limit of {limit_bytes} bytes per record (keep large blobs outside the state and store a reference)"
     )]
     RecordTooLarge {
         /// Payload size requested.

@@ -153,8 +153,19 @@ fn bad_input_is_an_error_not_a_panic() {
         log.append(0xFF, b"x"),
         Err(Error::InvalidArgument(_))
     ));
+    // Larger than a segment: it gets one of its own. Only the format's limit is real
+    // (the zeroed vector is never touched, so it costs no memory).
+    let big = log.append(1, &vec![3u8; 5000]).unwrap();
+    assert_eq!(log.read(big.pos).unwrap(), vec![3u8; 5000]);
+    assert_eq!(
+        log.payload_bytes_max(),
+        agentwal::log::RECORD_PAYLOAD_BYTES_MAX
+    );
     assert!(matches!(
-        log.append(1, &vec![0u8; 5000]),
+        log.append(
+            1,
+            &vec![0u8; agentwal::log::RECORD_PAYLOAD_BYTES_MAX as usize + 1]
+        ),
         Err(Error::RecordTooLarge { .. })
     ));
     assert!(
@@ -195,16 +206,15 @@ fn reopening_with_smaller_segments_keeps_the_new_limit() {
     }
     drop(log);
     let log = Log::open(dir.path(), small()).unwrap();
-    // The limit is the new one, not the size of the reopened segment.
-    assert!(matches!(
-        log.append(1, &[1u8; 100_000]),
-        Err(Error::RecordTooLarge { .. })
-    ));
-    let a = log.append(1, b"after").unwrap();
+    // Placement follows the new segment size, not the reopened segment's: a record
+    // larger than it gets a segment of its own, sized to hold it.
+    let jumbo = log.append(1, &[1u8; 100_000]).unwrap();
     assert_eq!(
-        a.pos.segment_id, 2,
+        jumbo.pos.segment_id, 2,
         "the reopened oversized segment is sealed"
     );
+    let a = log.append(1, b"after").unwrap();
+    assert_eq!(a.pos.segment_id, 3, "the jumbo segment holds one record");
     for _ in 0..20 {
         log.append(1, &[2u8; 1000]).unwrap();
     }
@@ -213,12 +223,18 @@ fn reopening_with_smaller_segments_keeps_the_new_limit() {
         let path = entry.unwrap().path();
         let name = path.file_name().unwrap().to_string_lossy().into_owned();
         let len = std::fs::metadata(&path).unwrap().len();
-        if name.ends_with(".wal") && name != format!("{:020}.wal", 1) {
+        if name.ends_with(".wal") && name == format!("{:020}.wal", 2) {
+            assert_eq!(
+                len,
+                40 + 20 + 100_000 + 28,
+                "{name} holds one record and a seal"
+            );
+        } else if name.ends_with(".wal") && name != format!("{:020}.wal", 1) {
             assert!(len <= 4096, "{name} is {len} bytes");
         }
     }
     let (_log, recs) = collect(dir.path(), small());
-    assert_eq!(recs.len(), 81);
+    assert_eq!(recs.len(), 82);
 }
 
 /// Small batches land on zeroed space (no extent conversion per fdatasync); large ones make

@@ -14,7 +14,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use agentwal::log::SegmentHeader;
-use agentwal::log::record::{self, DecodeError};
+use agentwal::log::record::{self, DecodeError, Salt};
 use agentwal::log::{
     FLAG_BATCH_END, FLAG_BATCH_START, FLAG_DURABLE_BEFORE, FORMAT_VERSION, KIND_SEAL,
     LOCK_FILE_NAME, PREALLOCATE_BYTES, RECORD_HEADER_BYTES, SEGMENT_HEADER_BYTES, mask_crc,
@@ -32,8 +32,9 @@ const RECORD_HEADER: u64 = RECORD_HEADER_BYTES as u64;
 const SWEEP_SEGMENT_BYTES: u64 = 8 << 10;
 /// Byte range of the version field in a segment header (magic is 0..8).
 const HEADER_VERSION_BYTES: std::ops::Range<u64> = 8..12;
-/// Header bytes covered by the header checksum (the checksum itself sits right after).
-const HEADER_CRC_COVERED: usize = 32;
+/// Header bytes covered by the header checksum (the checksum itself sits right after):
+/// in format v2, magic to salt.
+const HEADER_CRC_COVERED: usize = 36;
 
 /// A record as appended, or as recovery delivered it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -228,6 +229,13 @@ struct Batch {
 
 /// Reads the batch layout of a segment back and checks it against what was appended:
 /// same LSNs, offsets, kinds and payloads, consecutive, no gaps, then unwritten space.
+/// The salt of the segment whose bytes start at `bytes[0]`.
+fn salt(bytes: &[u8]) -> Salt {
+    SegmentHeader::decode(bytes, Path::new("segment"))
+        .expect("segment header")
+        .salt
+}
+
 fn layout(bytes: &[u8], records: &[Rec]) -> Vec<Batch> {
     let mut batches = Vec::new();
     let mut pos = HEADER;
@@ -235,7 +243,8 @@ fn layout(bytes: &[u8], records: &[Rec]) -> Vec<Batch> {
     let mut durable_before = false;
     for rec in records {
         assert_eq!(rec.offset, pos, "records are not back to back");
-        let (h, p) = record::decode(&bytes[pos as usize..]).expect("written record decodes");
+        let (h, p) =
+            record::decode(&bytes[pos as usize..], salt(bytes)).expect("written record decodes");
         assert_eq!((h.lsn, h.kind, p), (rec.lsn, rec.kind, &rec.payload[..]));
         if in_batch == 0 {
             assert_ne!(h.flags & FLAG_BATCH_START, 0, "batch start flag");
@@ -254,7 +263,7 @@ fn layout(bytes: &[u8], records: &[Rec]) -> Vec<Batch> {
     }
     assert_eq!(in_batch, 0, "the last batch is complete");
     assert_eq!(
-        record::decode(&bytes[pos as usize..]).unwrap_err(),
+        record::decode(&bytes[pos as usize..], salt(bytes)).unwrap_err(),
         DecodeError::Unwritten,
         "nothing follows the last record"
     );
@@ -737,7 +746,8 @@ fn salvage_skips_a_corrupt_middle_record_and_reports_the_range() {
     let mut expected = built.records.clone();
     expected.remove(7);
     // The skipped range says why the record there was rejected: its checksum.
-    let (header, _) = record::decode(&built.bytes[bad.offset as usize..]).unwrap();
+    let (header, _) =
+        record::decode(&built.bytes[bad.offset as usize..], salt(&built.bytes)).unwrap();
     let damaged_payload = &bytes[(bad.offset + RECORD_HEADER) as usize..bad.end() as usize];
     let stored_crc = &bytes[bad.offset as usize..bad.offset as usize + 4];
     let expected_skip = SkippedRange {
@@ -747,6 +757,7 @@ fn salvage_skips_a_corrupt_middle_record_and_reports_the_range() {
         reason: CorruptionReason::ChecksumMismatch {
             stored: u32::from_le_bytes(stored_crc.try_into().unwrap()),
             computed: header.checksum(
+                salt(&bytes),
                 record::payload_crc(damaged_payload),
                 damaged_payload.len() as u64,
             ),
@@ -808,6 +819,7 @@ fn salvage_zeroes_the_skipped_tail_it_appends_over() {
     let mut seal = Vec::new();
     record::encode_into(
         &mut seal,
+        salt(&bytes),
         &header,
         record::payload_crc(&wrong_next),
         &wrong_next,
@@ -897,7 +909,7 @@ fn build_multi_segment() -> MultiSegment {
         );
         let seal = (id < last_id).then(|| {
             let at = records[end - 1].end();
-            let (h, p) = record::decode(&bytes[at as usize..]).expect("seal decodes");
+            let (h, p) = record::decode(&bytes[at as usize..], salt(&bytes)).expect("seal decodes");
             assert_eq!((h.kind, p), (KIND_SEAL, &(id + 1).to_le_bytes()[..]));
             assert_eq!(
                 h.flags,

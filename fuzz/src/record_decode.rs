@@ -6,10 +6,10 @@
 use std::path::Path;
 
 use agentwal::log::SegmentHeader;
-use agentwal::log::record::{self, DecodeError};
+use agentwal::log::record::{self, DecodeError, Salt};
 use agentwal::log::{
-    KIND_SEAL, KIND_UNWRITTEN, KIND_USER_MAX, RECORD_HEADER_BYTES, SEGMENT_HEADER_BYTES,
-    parse_segment_file_name, segment_file_name,
+    KIND_CLOSE, KIND_SEAL, KIND_UNWRITTEN, KIND_USER_MAX, RECORD_HEADER_BYTES,
+    SEGMENT_HEADER_BYTES, parse_segment_file_name, segment_file_name,
 };
 
 /// How many leading offsets of the input are tried as record starts.
@@ -35,14 +35,23 @@ pub fn check(data: &[u8]) {
     }
 }
 
+/// Format v1 records carry no salt, v2 ones a segment's; the fuzzer tries both.
+const SALTS: [Salt; 2] = [Salt::Unsalted, Salt::Salted(0x0bad_5eed)];
+
 fn check_record(buf: &[u8]) {
+    for salt in SALTS {
+        check_record_salted(buf, salt);
+    }
+}
+
+fn check_record_salted(buf: &[u8], salt: Salt) {
     let parsed = record::parse_header(buf);
     let with_len = record::decode_header(buf);
-    match record::decode(buf) {
+    match record::decode(buf, salt) {
         Ok((h, payload)) => {
             assert!(h.kind != KIND_UNWRITTEN, "decoded a record of kind 0");
             assert!(
-                h.kind <= KIND_USER_MAX || h.kind == KIND_SEAL,
+                h.kind <= KIND_USER_MAX || h.kind == KIND_SEAL || h.kind == KIND_CLOSE,
                 "decoded reserved kind {}",
                 h.kind
             );
@@ -54,7 +63,7 @@ fn check_record(buf: &[u8]) {
             assert_eq!(parsed.as_ref().ok(), Some(&h), "parse_header disagrees");
             assert_eq!(with_len.as_ref().ok(), Some(&h), "decode_header disagrees");
             let mut again = Vec::new();
-            record::encode_into(&mut again, &h, record::payload_crc(payload), payload);
+            record::encode_into(&mut again, salt, &h, record::payload_crc(payload), payload);
             assert_eq!(
                 again[..],
                 buf[..again.len()],

@@ -20,7 +20,7 @@ use std::io::ErrorKind;
 use std::path::Path;
 
 use agentwal::log::SegmentHeader;
-use agentwal::log::record::{self, RecordHeader};
+use agentwal::log::record::{self, RecordHeader, Salt};
 use agentwal::log::{
     FLAG_BATCH_END, FLAG_BATCH_START, FLAG_DURABLE_BEFORE, KIND_SEAL, SEGMENT_FLAG_COMPACTED,
     segment_file_name,
@@ -152,6 +152,15 @@ pub fn check(data: &[u8]) {
     }
 }
 
+/// The salt of file `id`'s records: every third file is written in format v1 (no salt),
+/// so both versions' recovery gets fuzzed, and mixed logs too.
+fn salt_of(id: u64) -> Salt {
+    match id % 3 {
+        0 => Salt::Unsalted,
+        _ => Salt::Salted(0x0bad_5eed),
+    }
+}
+
 fn write_files(dir: &Path, input: &Input) {
     let mut next_lsn = 1u64;
     for spec in input.files.iter().take(FILES_MAX) {
@@ -173,6 +182,7 @@ fn write_files(dir: &Path, input: &Input) {
                 } else {
                     0
                 },
+                salt: salt_of(id),
             };
             bytes.extend_from_slice(&header.encode());
         }
@@ -209,7 +219,13 @@ fn push_chunk(out: &mut Vec<u8>, chunk: &Chunk, file_id: u64, next_lsn: &mut u64
             kind,
             flags,
         };
-        record::encode_into(out, &h, record::payload_crc(payload), payload);
+        record::encode_into(
+            out,
+            salt_of(file_id),
+            &h,
+            record::payload_crc(payload),
+            payload,
+        );
     };
     match chunk {
         Chunk::Raw(bytes) => out.extend_from_slice(bytes),

@@ -18,7 +18,8 @@ use std::collections::BTreeMap;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
-use agentwal::log::record;
+use agentwal::log::SegmentHeader;
+use agentwal::log::record::{self, Salt};
 use agentwal::log::{KIND_SEAL, SEGMENT_HEADER_BYTES, parse_segment_file_name};
 use agentwal::{AgentDelta, AgentState, Error, Message, Options, State, Store, SyncMode};
 use arbitrary::{Arbitrary, Unstructured};
@@ -567,7 +568,8 @@ fn damage_tail(dir: &Path, damage: &TailDamage) -> bool {
             damaged[at..at + garbage.len()].copy_from_slice(garbage);
             // Bytes that hold a valid record are not garbage but a forged write; a crash
             // cannot make them, so leave the file alone.
-            if (end..at + garbage.len()).any(|q| record::decode(&damaged[q..]).is_ok()) {
+            let salt = salt_of(&bytes);
+            if (end..at + garbage.len()).any(|q| record::decode(&damaged[q..], salt).is_ok()) {
                 return false;
             }
             file.write_all_at(garbage, at as u64)
@@ -589,10 +591,16 @@ fn newest_segment(dir: &Path) -> Option<PathBuf> {
         .map(|(_, p)| p)
 }
 
+/// The salt of the segment whose bytes are `bytes` (as its header says).
+fn salt_of(bytes: &[u8]) -> Salt {
+    SegmentHeader::decode(bytes, Path::new("segment")).map_or(Salt::Unsalted, |h| h.salt)
+}
+
 /// Offset just past the last record of a segment; `None` if it ends with a seal.
 fn data_end(bytes: &[u8]) -> Option<usize> {
+    let salt = salt_of(bytes);
     let mut pos = SEGMENT_HEADER_BYTES;
-    while let Ok((h, _)) = record::decode(bytes.get(pos..)?) {
+    while let Ok((h, _)) = record::decode(bytes.get(pos..)?, salt) {
         if h.kind == KIND_SEAL {
             return None;
         }

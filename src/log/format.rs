@@ -3,8 +3,13 @@
 
 /// Magic bytes opening every segment file.
 pub const SEGMENT_MAGIC: [u8; 8] = *b"AGENTWAL";
-/// Format version written into every segment header.
-pub const FORMAT_VERSION: u32 = 1;
+/// Format version written into every segment header. Version 2 adds the segment's salt
+/// (mixed into every record checksum), recycled segments, close records and records
+/// larger than `segment_bytes`; version 1 segments are still read (and appended to, with
+/// unsalted checksums, until the writer moves to a new segment).
+pub const FORMAT_VERSION: u32 = 2;
+/// The first format version, still read: no salt, a pad field where v2 has its salt.
+pub const FORMAT_VERSION_V1: u32 = 1;
 
 // Segment header layout: each offset is the previous offset plus its field's size.
 pub(crate) const SEG_MAGIC_OFFSET: usize = 0;
@@ -12,10 +17,14 @@ pub(crate) const SEG_VERSION_OFFSET: usize = SEG_MAGIC_OFFSET + 8;
 pub(crate) const SEG_FLAGS_OFFSET: usize = SEG_VERSION_OFFSET + 4;
 pub(crate) const SEG_ID_OFFSET: usize = SEG_FLAGS_OFFSET + 4;
 pub(crate) const SEG_FIRST_LSN_OFFSET: usize = SEG_ID_OFFSET + 8;
-pub(crate) const SEG_CRC_OFFSET: usize = SEG_FIRST_LSN_OFFSET + 8;
-pub(crate) const SEG_PAD_OFFSET: usize = SEG_CRC_OFFSET + 4;
+// Version 2: the salt, then the CRC of every byte before it.
+pub(crate) const SEG_SALT_OFFSET: usize = SEG_FIRST_LSN_OFFSET + 8;
+pub(crate) const SEG_CRC_OFFSET: usize = SEG_SALT_OFFSET + 4;
 /// Size of the segment header; the first record starts right after it.
-pub const SEGMENT_HEADER_BYTES: usize = SEG_PAD_OFFSET + 4;
+pub const SEGMENT_HEADER_BYTES: usize = SEG_CRC_OFFSET + 4;
+// Version 1: the CRC of the first 32 bytes, then a pad field that must be 0.
+pub(crate) const SEG_V1_CRC_OFFSET: usize = SEG_FIRST_LSN_OFFSET + 8;
+pub(crate) const SEG_V1_PAD_OFFSET: usize = SEG_V1_CRC_OFFSET + 4;
 
 // Record header layout.
 pub(crate) const REC_CRC_OFFSET: usize = 0;
@@ -32,8 +41,12 @@ const _: () = assert!(SEGMENT_HEADER_BYTES == 40);
 /// Segment flag: written by compaction. It holds the live records of every segment with a
 /// smaller id (their LSNs increase but skip), and supersedes those segments.
 pub const SEGMENT_FLAG_COMPACTED: u32 = 1 << 0;
+/// Segment flag (version 2): the file held an earlier segment before it was recycled for
+/// this one. Past this segment's data it may hold an earlier life's bytes, which never
+/// validate (their checksums carry another salt) but are not zeros either.
+pub const SEGMENT_FLAG_RECYCLED: u32 = 1 << 1;
 /// Every segment flag a writer may set.
-pub const SEGMENT_FLAGS_KNOWN: u32 = SEGMENT_FLAG_COMPACTED;
+pub const SEGMENT_FLAGS_KNOWN: u32 = SEGMENT_FLAG_COMPACTED | SEGMENT_FLAG_RECYCLED;
 const _: () = assert!(RECORD_HEADER_BYTES == 20);
 
 /// Kind 0 is never written: preallocated space reads as zeros, and a zero kind
@@ -41,6 +54,10 @@ const _: () = assert!(RECORD_HEADER_BYTES == 20);
 pub const KIND_UNWRITTEN: u8 = 0;
 /// Internal kind closing a full segment; its payload is the next segment's id.
 pub const KIND_SEAL: u8 = 0xFF;
+/// Internal kind (version 2) a writer appends when it closes cleanly in a recycled
+/// segment: no payload, no LSN of its own. It tells the next writer that nothing of this
+/// segment's life lies past it, so it may append there.
+pub const KIND_CLOSE: u8 = 0xFE;
 /// Largest kind a user of the log may append (1..=`KIND_USER_MAX`).
 pub const KIND_USER_MAX: u8 = 0xEF;
 
@@ -63,6 +80,12 @@ pub const SEAL_RECORD_BYTES: usize = RECORD_HEADER_BYTES + SEAL_PAYLOAD_BYTES;
 pub const SEGMENT_BYTES_MIN: u64 = 4096;
 /// Largest `segment_bytes` accepted (offsets and lengths are u32 inside a segment).
 pub const SEGMENT_BYTES_MAX: u64 = 1 << 31;
+/// Largest record (header and payload). The store's index packs a record's size into 31
+/// bits (DESIGN.md §7.1); a record larger than `segment_bytes` allows gets a segment of
+/// its own, sized to hold it (§2.5).
+pub const RECORD_BYTES_MAX: u64 = (1 << 31) - 1;
+/// Largest payload of a record, whatever `segment_bytes` is.
+pub const RECORD_PAYLOAD_BYTES_MAX: u64 = RECORD_BYTES_MAX - RECORD_HEADER_BYTES as u64;
 /// Default segment size.
 pub const SEGMENT_BYTES_DEFAULT: u64 = 64 << 20;
 /// The writer extends a segment by this many preallocated bytes at a time, so most
@@ -93,6 +116,20 @@ pub fn parse_segment_file_name(name: &str) -> Option<u64> {
 pub const TEMP_SUFFIX: &str = ".tmp";
 /// What a compacted segment's temporary name adds before [`TEMP_SUFFIX`].
 const COMPACT_INFIX: &str = ".compact";
+
+/// Suffix of a retired segment file kept for recycling (`<id>.wal.free`): never part of
+/// the log, taken by the writer's next rotation instead of creating a file.
+pub const FREE_SUFFIX: &str = ".free";
+
+/// Name of retired segment file `id`, waiting to be recycled.
+pub fn free_file_name(id: u64) -> String {
+    format!("{}{FREE_SUFFIX}", segment_file_name(id))
+}
+
+/// Parses a retired segment file's name back to the id it had.
+pub fn parse_free_file_name(name: &str) -> Option<u64> {
+    parse_segment_file_name(name.strip_suffix(FREE_SUFFIX)?)
+}
 
 /// Temporary name of segment `id` while it is created (`<id>.wal.tmp`).
 pub fn temp_file_name(id: u64) -> String {

@@ -27,6 +27,7 @@ mod read;
 mod read_only;
 pub mod record;
 mod recovery;
+mod recycle;
 pub(crate) mod segment;
 mod syncer;
 mod writer;
@@ -41,12 +42,14 @@ use parking_lot::RwLock;
 
 pub use compact::{COMPACTION_DEAD_BYTES_MIN, CompactionHooks, LogCompaction};
 pub use format::{
-    FLAG_BATCH_END, FLAG_BATCH_START, FLAG_DURABLE_BEFORE, FORMAT_VERSION, KIND_SEAL,
-    KIND_UNWRITTEN, KIND_USER_MAX, LOCK_FILE_NAME, PREALLOCATE_BYTES, RECORD_HEADER_BYTES,
-    SEGMENT_FLAG_COMPACTED, SEGMENT_HEADER_BYTES, mask_crc, parse_segment_file_name,
-    segment_file_name,
+    FLAG_BATCH_END, FLAG_BATCH_START, FLAG_DURABLE_BEFORE, FORMAT_VERSION, FORMAT_VERSION_V1,
+    KIND_CLOSE, KIND_SEAL, KIND_UNWRITTEN, KIND_USER_MAX, LOCK_FILE_NAME, PREALLOCATE_BYTES,
+    RECORD_BYTES_MAX, RECORD_HEADER_BYTES, RECORD_PAYLOAD_BYTES_MAX, SEGMENT_FLAG_COMPACTED,
+    SEGMENT_FLAG_RECYCLED, SEGMENT_HEADER_BYTES, free_file_name, mask_crc, parse_free_file_name,
+    parse_segment_file_name, segment_file_name,
 };
 pub use recovery::{LogRecovery, SkippedRange};
+pub use recycle::RECYCLE_FILES_MAX;
 pub use segment::{SegmentHeader, segment_path};
 
 use self::format::{SEGMENT_BYTES_DEFAULT, SEGMENT_BYTES_MAX};
@@ -192,6 +195,8 @@ pub struct LogStats {
     pub zero_bytes_written: u64,
     /// Segments created by rotation.
     pub rotations: u64,
+    /// Of those, segments made from a retired file rather than a new one (§2.6).
+    pub segments_recycled: u64,
 }
 
 /// A handle to a log directory. Cheap to clone; all clones share one writer.
@@ -251,6 +256,12 @@ impl Drop for Inner {
         {
             tracing::warn!(dir = %self.dir.display(), error = %e,
                 "could not flush the log on close");
+        }
+        if let Some(writer) = &self.writer
+            && let Err(e) = writer.close()
+        {
+            tracing::warn!(dir = %self.dir.display(), error = %e,
+                "could not write the close record; the next open seals the segment");
         }
     }
 }
@@ -327,9 +338,10 @@ impl Log {
         self.inner.writer.is_none()
     }
 
-    /// Largest payload one record may carry with this handle's `segment_bytes`.
+    /// Largest payload one record may carry. A record larger than `segment_bytes` allows
+    /// gets a segment of its own, so this is the format's limit, whatever the options.
     pub fn payload_bytes_max(&self) -> u64 {
-        writer::max_payload_bytes(self.inner.options.segment_bytes)
+        format::RECORD_PAYLOAD_BYTES_MAX
     }
 
     /// Counters since this handle opened.
@@ -345,6 +357,7 @@ impl Log {
             bytes_written: c.bytes_written.load(Ordering::Relaxed),
             zero_bytes_written: c.zero_bytes_written.load(Ordering::Relaxed),
             rotations: c.rotations.load(Ordering::Relaxed),
+            segments_recycled: c.recycled.load(Ordering::Relaxed),
         }
     }
 

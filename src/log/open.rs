@@ -11,9 +11,11 @@ use parking_lot::RwLock;
 
 use super::format::*;
 use super::lock::DirLock;
+use super::record::{self, RecordHeader, Salt};
 use super::recovery::{self, LogRecovery, Scan, SegmentState};
-use super::segment::{create_segment, sync_dir};
-use super::writer::{Writer, WriterStart};
+use super::recycle;
+use super::segment::{SegmentHeader, create_segment, sync_dir};
+use super::writer::{SaltSource, Writer, WriterStart};
 use super::{Inner, Log, LogOptions, RecordRef, SyncMode};
 use crate::background::Periodic;
 use crate::error::{Error, NotAStoreReason, Result};
@@ -53,8 +55,10 @@ impl Log {
         // The lock is held and the writer starts after the scan: nothing changes meanwhile.
         let scan = recovery::scan(fs, &dir, options.recovery, true, &mut visit)?;
         log_recovery(&dir, &scan.report, started);
-        remove_superseded_files(fs, &dir, &scan.superseded)?;
-        let start = writer_start(&storage, &dir, &scan, options.segment_bytes)?;
+        remove_superseded_files(fs, &dir, &scan.superseded, options.segment_bytes)?;
+        recycle::drain(fs, &dir, true)?;
+        let salts = Arc::new(salt_source(fs, &dir, &scan)?);
+        let start = writer_start(&storage, &dir, &scan, options.segment_bytes, salts)?;
         let writer = Writer::new(start, options.sync);
         writer.prepare()?;
         let inner = Arc::new(Inner {
@@ -136,7 +140,9 @@ pub(super) fn check_is_store(fs: &dyn Storage, dir: &Path, may_create: bool) -> 
     // Sorted, so the file the error names does not depend on the listing order.
     names.sort_unstable();
     let foreign = names.iter().find(|name| {
-        let ours = name.as_str() == LOCK_FILE_NAME || is_temp_file_name(name);
+        let ours = name.as_str() == LOCK_FILE_NAME
+            || is_temp_file_name(name)
+            || parse_free_file_name(name).is_some();
         // A directory is never something the engine made, whatever its name.
         !ours || fs.is_dir(&dir.join(name))
     });
@@ -173,11 +179,20 @@ fn remove_temp_files(fs: &dyn Storage, dir: &Path) -> Result<()> {
     Ok(())
 }
 
-/// Finishes a compaction a crash interrupted: the superseded segments go.
-fn remove_superseded_files(fs: &dyn Storage, dir: &Path, superseded: &[PathBuf]) -> Result<()> {
+/// Finishes a compaction a crash interrupted: the superseded segments go (retired for
+/// reuse, or deleted).
+fn remove_superseded_files(
+    fs: &dyn Storage,
+    dir: &Path,
+    superseded: &[PathBuf],
+    segment_bytes: u64,
+) -> Result<()> {
     for path in superseded {
-        fs.remove(path)
-            .map_err(|e| Error::io(format!("removing {}", path.display()), e))?;
+        let id = path
+            .file_name()
+            .and_then(|n| parse_segment_file_name(&n.to_string_lossy()))
+            .unwrap_or_default();
+        recycle::retire(fs, dir, id, path, recycle_min_bytes(segment_bytes))?;
     }
     if !superseded.is_empty() {
         sync_dir(fs, dir)?;
@@ -189,12 +204,34 @@ fn remove_superseded_files(fs: &dyn Storage, dir: &Path, superseded: &[PathBuf])
     Ok(())
 }
 
+/// The shortest retired file worth reusing: what a new segment would be preallocated to.
+pub(super) fn recycle_min_bytes(segment_bytes: u64) -> u64 {
+    PREALLOCATE_BYTES.min(segment_bytes)
+}
+
+/// Salts for new segments: above every salt on disk, in segments and in retired files,
+/// so a recycled file's new salt differs from each of its earlier lives' (§2.3).
+fn salt_source(fs: &dyn Storage, dir: &Path, scan: &Scan) -> Result<SaltSource> {
+    let in_segments = scan.segments.iter().filter_map(|s| match s.salt {
+        Salt::Salted(salt) => Some(salt),
+        Salt::Unsalted => None,
+    });
+    let in_free = recycle::list(fs, dir)?.into_iter().filter_map(|f| f.salt);
+    // Salts wrap after 2^32 segment lives; "highest" is taken in the order they were
+    // handed out, i.e. the one that follows all others within half the circle.
+    let highest = in_segments
+        .chain(in_free)
+        .reduce(|a, b| if b.wrapping_sub(a) < 1 << 31 { b } else { a });
+    Ok(SaltSource::after(highest))
+}
+
 /// Decides where the writer appends next; repairs a torn tail first.
 fn writer_start(
     storage: &Arc<dyn Storage>,
     dir: &Path,
     scan: &Scan,
     segment_bytes: u64,
+    salts: Arc<SaltSource>,
 ) -> Result<WriterStart> {
     let fs = &**storage;
     // A writer killed before its fsync (or before its directory fsync, just after creating
@@ -208,7 +245,14 @@ fn writer_start(
     }
     let prealloc = PREALLOCATE_BYTES.min(segment_bytes) - SEGMENT_HEADER_BYTES as u64;
     let fresh = |id: u64| -> Result<WriterStart> {
-        let file = create_segment(fs, dir, id, scan.next_lsn, prealloc)?;
+        let salt = salts.next();
+        let header = SegmentHeader {
+            id,
+            first_lsn: scan.next_lsn,
+            flags: 0,
+            salt,
+        };
+        let file = create_segment(fs, dir, header, prealloc)?;
         Ok(WriterStart {
             storage: storage.clone(),
             dir: dir.to_path_buf(),
@@ -219,6 +263,9 @@ fn writer_start(
             zeroed_end: SEGMENT_HEADER_BYTES as u64,
             next_lsn: scan.next_lsn,
             segment_bytes,
+            salt,
+            recycled: false,
+            salts: salts.clone(),
         })
     };
     match scan.segments.last() {
@@ -227,19 +274,66 @@ fn writer_start(
         // need free space, or a full disk (whose last rotation failed after the seal)
         // could never be opened to compact it. The seal is durable (fdatasynced above),
         // so the log ends there until then, exactly as after a crash during rotation.
-        Some(last) if last.sealed => Ok(WriterStart {
-            storage: storage.clone(),
-            dir: dir.to_path_buf(),
-            file: None,
-            segment_id: last.id,
-            write_pos: last.data_end,
-            file_bytes: last.file_bytes,
-            zeroed_end: last.data_end,
-            next_lsn: scan.next_lsn,
-            segment_bytes,
-        }),
-        Some(last) => reopen_tail(storage, dir, last, scan.next_lsn, segment_bytes),
+        Some(last) if last.sealed || last.seal_at_open => {
+            if !last.sealed {
+                seal_at_open(fs, last, scan.next_lsn)?;
+            }
+            let data_end = last.data_end + u64::from(!last.sealed) * SEAL_RECORD_BYTES as u64;
+            Ok(WriterStart {
+                storage: storage.clone(),
+                dir: dir.to_path_buf(),
+                file: None,
+                segment_id: last.id,
+                write_pos: data_end,
+                file_bytes: last.file_bytes,
+                zeroed_end: data_end,
+                next_lsn: scan.next_lsn,
+                segment_bytes,
+                salt: last.salt,
+                recycled: last.recycled,
+                salts,
+            })
+        }
+        Some(last) => reopen_tail(storage, dir, last, scan.next_lsn, segment_bytes, salts),
     }
+}
+
+/// Seals a recycled final segment at the end of its data, and makes the seal durable:
+/// what lies past the data may be a torn batch of this life, of unknown extent, which
+/// zeroing could not bound; nothing past a seal is ever read (§5.3). The log then ends
+/// there, as after a crash during a rotation, and the first append makes the next
+/// segment.
+fn seal_at_open(fs: &dyn Storage, last: &SegmentState, next_lsn: u64) -> Result<()> {
+    let header = RecordHeader {
+        payload_len: SEAL_PAYLOAD_BYTES as u32,
+        lsn: next_lsn,
+        kind: KIND_SEAL,
+        // Everything before it was fdatasynced by this open.
+        flags: FLAG_BATCH_START | FLAG_BATCH_END | FLAG_DURABLE_BEFORE,
+    };
+    let payload = (last.id + 1).to_le_bytes();
+    let mut seal = Vec::with_capacity(SEAL_RECORD_BYTES);
+    record::encode_into(
+        &mut seal,
+        last.salt,
+        &header,
+        record::payload_crc(&payload),
+        &payload,
+    );
+    // The writer always left room for a seal: data ends at least a seal before the end.
+    assert!(
+        last.data_end + SEAL_RECORD_BYTES as u64 <= last.file_bytes,
+        "room for the seal"
+    );
+    fs.open(&last.path, true)
+        .and_then(|f| {
+            f.write_all_at(&seal, last.data_end)
+                .and_then(|()| f.sync_data())
+        })
+        .map_err(|e| Error::io(format!("sealing {}", last.path.display()), e))?;
+    tracing::warn!(segment = %last.path.display(), offset = last.data_end,
+        "sealed a recycled segment a writer did not close cleanly");
+    Ok(())
 }
 
 fn reopen_tail(
@@ -248,6 +342,7 @@ fn reopen_tail(
     last: &SegmentState,
     next_lsn: u64,
     segment_bytes: u64,
+    salts: Arc<SaltSource>,
 ) -> Result<WriterStart> {
     let file = storage
         .open(&last.path, true)
@@ -282,6 +377,9 @@ fn reopen_tail(
         zeroed_end,
         next_lsn,
         segment_bytes,
+        salt: last.salt,
+        recycled: last.recycled,
+        salts,
     })
 }
 

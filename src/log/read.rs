@@ -4,9 +4,9 @@
 use std::path::Path;
 
 use super::format::*;
-use super::record::{self, DecodeError};
+use super::record::{self, DecodeError, Salt};
 use super::recovery::{SegmentPin, SkippedRange};
-use super::segment::segment_path;
+use super::segment::{SegmentHeader, segment_path};
 use super::{Log, RecordPos, RecordRef};
 use crate::error::{CorruptionReason, Error, Result};
 use crate::storage::{FileView, StorageFile};
@@ -26,14 +26,23 @@ impl Log {
     ) -> Result<T> {
         let path = segment_path(&self.inner.dir, pos.segment_id);
         if let Some(pins) = &self.inner.pins {
-            return match pins.get(&pos.segment_id) {
-                Some(SegmentPin::Bytes(bytes)) => f(decode_in(bytes, pos, &path)?),
-                Some(SegmentPin::File(file)) => read_from_file(&**file, pos, &path, f),
-                // Not a segment this handle scanned: the position came from elsewhere.
-                None => Err(Error::StoreChanged {
-                    dir: self.inner.dir.clone(),
-                }),
+            let changed = || Error::StoreChanged {
+                dir: self.inner.dir.clone(),
             };
+            // Not a segment this handle scanned: the position came from elsewhere.
+            let pin = pins.get(&pos.segment_id).ok_or_else(changed)?;
+            let read = decode_pinned(pin, pos, &path);
+            // A mapped file recycled since the scan holds another life's bytes, which
+            // never validate under the scan's salt: the view is gone, not damaged.
+            if pin.mapped
+                && SegmentHeader::decode(&pin.bytes, &path)
+                    .ok()
+                    .map(|h| h.salt)
+                    != Some(pin.salt)
+            {
+                return Err(changed());
+            }
+            return f(read?);
         }
         if let Some(view) = self.view(pos, &path)? {
             return f(decode_in(&view, pos, &path)?);
@@ -106,13 +115,24 @@ fn holds_record(view: &FileView, offset: u64) -> bool {
     offset.saturating_add(header.record_bytes()) <= view.len() as u64
 }
 
+/// Decodes the record at `pos` in a read-only handle's pinned bytes, under the salt the
+/// segment had when scanned.
+fn decode_pinned<'a>(pin: &'a SegmentPin, pos: RecordPos, path: &'a Path) -> Result<RecordRef<'a>> {
+    let bytes = usize::try_from(pos.offset)
+        .ok()
+        .and_then(|at| pin.bytes.get(at..))
+        .unwrap_or(&[]);
+    decode_at(bytes, pin.salt, pos, path)
+}
+
 /// Decodes the record at `pos` inside the whole segment `segment`.
 fn decode_in<'a>(segment: &'a [u8], pos: RecordPos, path: &'a Path) -> Result<RecordRef<'a>> {
+    let salt = SegmentHeader::decode(segment, path)?.salt;
     let bytes = usize::try_from(pos.offset)
         .ok()
         .and_then(|at| segment.get(at..))
         .unwrap_or(&[]);
-    decode_at(bytes, pos, path)
+    decode_at(bytes, salt, pos, path)
 }
 
 /// Reads the record at `pos` from an open segment file: its header, then all of it.
@@ -122,10 +142,13 @@ fn read_from_file<T>(
     path: &Path,
     f: impl FnOnce(RecordRef<'_>) -> Result<T>,
 ) -> Result<T> {
+    let mut segment_head = [0u8; SEGMENT_HEADER_BYTES];
+    read_exact_at(file, &mut segment_head, 0, path)?;
+    let salt = SegmentHeader::decode(&segment_head, path)?.salt;
     let mut head = [0u8; RECORD_HEADER_BYTES];
     read_exact_at(file, &mut head, pos.offset, path)?;
     let header = record::parse_header(&head).map_err(|e| decode_error(e, pos, path))?;
-    if header.record_bytes() > SEGMENT_BYTES_MAX {
+    if header.record_bytes() > RECORD_BYTES_MAX {
         return Err(decode_error(
             DecodeError::Invalid(CorruptionReason::BadLength {
                 length: u64::from(header.payload_len),
@@ -136,12 +159,17 @@ fn read_from_file<T>(
     }
     let mut buf = vec![0u8; header.record_bytes() as usize];
     read_exact_at(file, &mut buf, pos.offset, path)?;
-    f(decode_at(&buf, pos, path)?)
+    f(decode_at(&buf, salt, pos, path)?)
 }
 
-fn decode_at<'a>(bytes: &'a [u8], pos: RecordPos, path: &'a Path) -> Result<RecordRef<'a>> {
-    let (h, payload) = record::decode(bytes).map_err(|e| decode_error(e, pos, path))?;
-    if h.kind == KIND_SEAL {
+fn decode_at<'a>(
+    bytes: &'a [u8],
+    salt: Salt,
+    pos: RecordPos,
+    path: &'a Path,
+) -> Result<RecordRef<'a>> {
+    let (h, payload) = record::decode(bytes, salt).map_err(|e| decode_error(e, pos, path))?;
+    if h.kind == KIND_SEAL || h.kind == KIND_CLOSE {
         return Err(Error::Corruption {
             segment: path.to_path_buf(),
             offset: pos.offset,

@@ -3,6 +3,38 @@
 use super::format::*;
 use crate::error::CorruptionReason;
 
+/// What a segment's record checksums mix in before the header bytes: nothing in a
+/// format-v1 segment, the segment's 32-bit salt in a v2 one (DESIGN.md §2.3). Two
+/// different salts never give one record the same checksum: the two CRCs differ by the
+/// CRC of a non-zero 32-bit burst, which CRC-32 always detects. So a record image from
+/// another segment life, or another store, never validates here.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Salt {
+    /// Format v1: the checksum covers the header bytes and the payload only.
+    Unsalted,
+    /// Format v2: the salt's 4 little-endian bytes come first.
+    Salted(u32),
+}
+
+impl Salt {
+    /// A hasher that has already taken the salt in.
+    pub fn hasher(self) -> crc32fast::Hasher {
+        let mut h = crc32fast::Hasher::new();
+        if let Salt::Salted(salt) = self {
+            h.update(&salt.to_le_bytes());
+        }
+        h
+    }
+
+    /// The masked checksum of `bytes` (a record's header after its CRC field, then its
+    /// payload) under this salt.
+    pub fn checksum(self, bytes: &[u8]) -> u32 {
+        let mut h = self.hasher();
+        h.update(bytes);
+        mask_crc(h.finalize())
+    }
+}
+
 /// A record header as stored on disk.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RecordHeader {
@@ -33,9 +65,10 @@ impl RecordHeader {
         b
     }
 
-    /// The masked checksum of this header with a payload whose plain CRC32 is `payload_crc`.
-    pub fn checksum(&self, payload_crc: u32, payload_len: u64) -> u32 {
-        let mut h = crc32fast::Hasher::new();
+    /// The masked checksum of this header with a payload whose plain CRC32 is
+    /// `payload_crc`, in a segment whose records carry `salt`.
+    pub fn checksum(&self, salt: Salt, payload_crc: u32, payload_len: u64) -> u32 {
+        let mut h = salt.hasher();
         h.update(&self.covered());
         // The payload's CRC was computed apart (outside the writer's lock); combine()
         // yields the CRC of header bytes followed by payload bytes.
@@ -52,11 +85,18 @@ pub fn payload_crc(payload: &[u8]) -> u32 {
     crc32fast::hash(payload)
 }
 
-/// Appends an encoded record to `out`.
-pub fn encode_into(out: &mut Vec<u8>, header: &RecordHeader, payload_crc: u32, payload: &[u8]) {
+/// Appends an encoded record to `out`, checksummed for a segment whose records carry
+/// `salt`.
+pub fn encode_into(
+    out: &mut Vec<u8>,
+    salt: Salt,
+    header: &RecordHeader,
+    payload_crc: u32,
+    payload: &[u8],
+) {
     debug_assert_eq!(payload.len() as u64, u64::from(header.payload_len));
     debug_assert!(header.kind != KIND_UNWRITTEN, "kind 0 is reserved");
-    let crc = header.checksum(payload_crc, payload.len() as u64);
+    let crc = header.checksum(salt, payload_crc, payload.len() as u64);
     out.extend_from_slice(&crc.to_le_bytes());
     out.extend_from_slice(&header.covered());
     out.extend_from_slice(payload);
@@ -73,9 +113,9 @@ pub enum DecodeError {
     Invalid(CorruptionReason),
 }
 
-/// Decodes and verifies the record at the start of `buf`.
-/// Returns the header and the payload slice.
-pub fn decode(buf: &[u8]) -> Result<(RecordHeader, &[u8]), DecodeError> {
+/// Decodes and verifies the record at the start of `buf`, in a segment whose records
+/// carry `salt`. Returns the header and the payload slice.
+pub fn decode(buf: &[u8], salt: Salt) -> Result<(RecordHeader, &[u8]), DecodeError> {
     let header = decode_header(buf)?;
     let total = header.record_bytes();
     if total > buf.len() as u64 {
@@ -87,8 +127,8 @@ pub fn decode(buf: &[u8]) -> Result<(RecordHeader, &[u8]), DecodeError> {
     let stored = u32::from_le_bytes(buf[REC_CRC_OFFSET..][..4].try_into().unwrap_or_default());
     // The checksummed bytes (header after its CRC, then the payload) lie contiguous here:
     // one pass, no combine. `parse_header` rejected any byte `covered()` would not
-    // reproduce, so this equals `header.checksum(payload_crc(payload), ..)`.
-    let computed = mask_crc(crc32fast::hash(&buf[REC_LEN_OFFSET..total as usize]));
+    // reproduce, so this equals `header.checksum(salt, payload_crc(payload), ..)`.
+    let computed = salt.checksum(&buf[REC_LEN_OFFSET..total as usize]);
     if stored != computed {
         return Err(DecodeError::Invalid(CorruptionReason::ChecksumMismatch {
             stored,
@@ -132,7 +172,8 @@ pub fn parse_header(buf: &[u8]) -> Result<RecordHeader, DecodeError> {
         kind: h[REC_KIND_OFFSET],
         flags: h[REC_FLAGS_OFFSET],
     };
-    if header.kind == KIND_UNWRITTEN || (header.kind > KIND_USER_MAX && header.kind != KIND_SEAL) {
+    let internal = header.kind == KIND_SEAL || header.kind == KIND_CLOSE;
+    if header.kind == KIND_UNWRITTEN || (header.kind > KIND_USER_MAX && !internal) {
         return Err(DecodeError::Invalid(CorruptionReason::UnknownKind(
             header.kind,
         )));
@@ -153,6 +194,8 @@ pub fn parse_header(buf: &[u8]) -> Result<RecordHeader, DecodeError> {
 mod tests {
     use super::*;
 
+    const SALT: Salt = Salt::Salted(0x5eed_1234);
+
     fn encode(kind: u8, flags: u8, lsn: u64, payload: &[u8]) -> Vec<u8> {
         let h = RecordHeader {
             payload_len: payload.len() as u32,
@@ -161,20 +204,23 @@ mod tests {
             flags,
         };
         let mut out = Vec::new();
-        encode_into(&mut out, &h, payload_crc(payload), payload);
+        encode_into(&mut out, SALT, &h, payload_crc(payload), payload);
         out
     }
 
     #[test]
     fn round_trip() {
         let buf = encode(3, FLAG_BATCH_START | FLAG_BATCH_END, 42, b"hello");
-        let (h, p) = decode(&buf).expect("valid");
+        let (h, p) = decode(&buf, SALT).expect("valid");
         assert_eq!((h.kind, h.lsn, p), (3, 42, &b"hello"[..]));
     }
 
     #[test]
     fn zeros_are_unwritten_not_valid() {
-        assert_eq!(decode(&[0u8; 64]).unwrap_err(), DecodeError::Unwritten);
+        assert_eq!(
+            decode(&[0u8; 64], SALT).unwrap_err(),
+            DecodeError::Unwritten
+        );
     }
 
     #[test]
@@ -188,9 +234,9 @@ mod tests {
                 flags: FLAG_BATCH_START | FLAG_DURABLE_BEFORE,
             };
             let buf = encode(h.kind, h.flags, h.lsn, &payload);
-            let whole = mask_crc(crc32fast::hash(&buf[REC_LEN_OFFSET..]));
-            assert_eq!(whole, h.checksum(payload_crc(&payload), len as u64));
-            assert_eq!(decode(&buf).expect("valid").0, h);
+            let whole = SALT.checksum(&buf[REC_LEN_OFFSET..]);
+            assert_eq!(whole, h.checksum(SALT, payload_crc(&payload), len as u64));
+            assert_eq!(decode(&buf, SALT).expect("valid").0, h);
         }
     }
 
@@ -200,7 +246,61 @@ mod tests {
         for bit in 0..buf.len() * 8 {
             let mut b = buf.clone();
             b[bit / 8] ^= 1 << (bit % 8);
-            assert!(decode(&b).is_err(), "flip of bit {bit} went unnoticed");
+            assert!(
+                decode(&b, SALT).is_err(),
+                "flip of bit {bit} went unnoticed"
+            );
+        }
+    }
+
+    #[test]
+    fn a_record_never_validates_under_another_salt() {
+        // Deterministic, not probabilistic: the two CRCs differ by the CRC of a non-zero
+        // 32-bit burst. Spot-check many salt pairs, payload sizes and the v1 (unsalted)
+        // checksum against the salted ones.
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for len in [0usize, 1, 20, 300, 5000] {
+            let payload: Vec<u8> = (0..len).map(|_| next() as u8).collect();
+            for _ in 0..200 {
+                let (a, b) = (next() as u32, next() as u32);
+                if a == b {
+                    continue;
+                }
+                let h = RecordHeader {
+                    payload_len: len as u32,
+                    lsn: next(),
+                    kind: 1,
+                    flags: FLAG_BATCH_START | FLAG_BATCH_END,
+                };
+                let mut out = Vec::new();
+                encode_into(
+                    &mut out,
+                    Salt::Salted(a),
+                    &h,
+                    payload_crc(&payload),
+                    &payload,
+                );
+                assert!(decode(&out, Salt::Salted(a)).is_ok());
+                assert!(
+                    decode(&out, Salt::Salted(b)).is_err(),
+                    "salt {a:#x} vs {b:#x}"
+                );
+            }
+            let mut v1 = Vec::new();
+            let h = RecordHeader {
+                payload_len: len as u32,
+                lsn: 7,
+                kind: 2,
+                flags: FLAG_BATCH_START | FLAG_BATCH_END,
+            };
+            encode_into(&mut v1, Salt::Unsalted, &h, payload_crc(&payload), &payload);
+            assert!(decode(&v1, Salt::Unsalted).is_ok());
         }
     }
 }

@@ -3,6 +3,7 @@
 use std::path::{Path, PathBuf};
 
 use super::format::*;
+use super::record::Salt;
 use crate::error::{CorruptionReason, Error, Result};
 use crate::storage::{Storage, StorageFile};
 
@@ -16,6 +17,9 @@ pub struct SegmentHeader {
     pub first_lsn: u64,
     /// Segment flags (`SEGMENT_FLAG_*`).
     pub flags: u32,
+    /// What its records' checksums mix in: [`Salt::Unsalted`] for a format-v1 segment,
+    /// the segment's own salt for v2. The format version follows from it.
+    pub salt: Salt,
 }
 
 impl SegmentHeader {
@@ -23,19 +27,40 @@ impl SegmentHeader {
     pub fn is_compacted(&self) -> bool {
         self.flags & SEGMENT_FLAG_COMPACTED != 0
     }
+
+    /// Whether the file held an earlier segment (past the data lie old, invalid bytes).
+    pub fn is_recycled(&self) -> bool {
+        self.flags & SEGMENT_FLAG_RECYCLED != 0
+    }
+
+    /// The format version this header is written in.
+    pub fn version(&self) -> u32 {
+        match self.salt {
+            Salt::Unsalted => FORMAT_VERSION_V1,
+            Salt::Salted(_) => FORMAT_VERSION,
+        }
+    }
 }
 
 impl SegmentHeader {
-    /// Encodes the header, checksum included.
+    /// Encodes the header, checksum included: format v2 for a salted header, v1 (for
+    /// tests of old stores) for an unsalted one.
     pub fn encode(&self) -> [u8; SEGMENT_HEADER_BYTES] {
         let mut b = [0u8; SEGMENT_HEADER_BYTES];
         b[SEG_MAGIC_OFFSET..][..8].copy_from_slice(&SEGMENT_MAGIC);
-        b[SEG_VERSION_OFFSET..][..4].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
+        b[SEG_VERSION_OFFSET..][..4].copy_from_slice(&self.version().to_le_bytes());
         b[SEG_FLAGS_OFFSET..][..4].copy_from_slice(&self.flags.to_le_bytes());
         b[SEG_ID_OFFSET..][..8].copy_from_slice(&self.id.to_le_bytes());
         b[SEG_FIRST_LSN_OFFSET..][..8].copy_from_slice(&self.first_lsn.to_le_bytes());
-        let crc = mask_crc(crc32fast::hash(&b[..SEG_CRC_OFFSET]));
-        b[SEG_CRC_OFFSET..][..4].copy_from_slice(&crc.to_le_bytes());
+        let crc_at = match self.salt {
+            Salt::Unsalted => SEG_V1_CRC_OFFSET,
+            Salt::Salted(salt) => {
+                b[SEG_SALT_OFFSET..][..4].copy_from_slice(&salt.to_le_bytes());
+                SEG_CRC_OFFSET
+            }
+        };
+        let crc = mask_crc(crc32fast::hash(&b[..crc_at]));
+        b[crc_at..][..4].copy_from_slice(&crc.to_le_bytes());
         b
     }
 
@@ -62,16 +87,20 @@ impl SegmentHeader {
             u64::from_le_bytes(a)
         };
         let version = le32(SEG_VERSION_OFFSET);
-        let stored = le32(SEG_CRC_OFFSET);
-        let computed = mask_crc(crc32fast::hash(&b[..SEG_CRC_OFFSET]));
         // A newer writer may lay out the rest differently, so judge the version first.
-        if version > FORMAT_VERSION || (version != FORMAT_VERSION && stored == computed) {
-            return Err(Error::UnsupportedFormat {
-                segment: path.to_path_buf(),
-                found: version,
-                supported: FORMAT_VERSION,
-            });
-        }
+        let crc_at = match version {
+            FORMAT_VERSION_V1 => SEG_V1_CRC_OFFSET,
+            FORMAT_VERSION => SEG_CRC_OFFSET,
+            _ => {
+                return Err(Error::UnsupportedFormat {
+                    segment: path.to_path_buf(),
+                    found: version,
+                    supported: FORMAT_VERSION,
+                });
+            }
+        };
+        let stored = le32(crc_at);
+        let computed = mask_crc(crc32fast::hash(&b[..crc_at]));
         if stored != computed {
             return Err(Error::Corruption {
                 segment: path.to_path_buf(),
@@ -79,13 +108,23 @@ impl SegmentHeader {
                 reason: CorruptionReason::ChecksumMismatch { stored, computed },
             });
         }
-        if le32(SEG_FLAGS_OFFSET) & !SEGMENT_FLAGS_KNOWN != 0 || le32(SEG_PAD_OFFSET) != 0 {
-            return Err(bad("unknown flags or non-zero reserved bytes"));
+        let flags = le32(SEG_FLAGS_OFFSET);
+        let (salt, known) = match version {
+            // v1 knew only the compacted flag, and kept its last 4 bytes zero.
+            FORMAT_VERSION_V1 if le32(SEG_V1_PAD_OFFSET) != 0 => {
+                return Err(bad("non-zero reserved bytes"));
+            }
+            FORMAT_VERSION_V1 => (Salt::Unsalted, SEGMENT_FLAG_COMPACTED),
+            _ => (Salt::Salted(le32(SEG_SALT_OFFSET)), SEGMENT_FLAGS_KNOWN),
+        };
+        if flags & !known != 0 {
+            return Err(bad("unknown flags"));
         }
         Ok(SegmentHeader {
             id: le64(SEG_ID_OFFSET),
             first_lsn: le64(SEG_FIRST_LSN_OFFSET),
-            flags: le32(SEG_FLAGS_OFFSET),
+            flags,
+            salt,
         })
     }
 }
@@ -115,7 +154,8 @@ pub fn sync_dir(storage: &dyn Storage, dir: &Path) -> Result<()> {
         .map_err(|e| Error::io(format!("fsyncing directory {}", dir.display()), e))
 }
 
-/// Creates segment `id` whose first record will have `first_lsn`.
+/// Creates segment `id` whose first record will have `first_lsn`, its records salted with
+/// `salt`.
 ///
 /// Crash safety: the header is written to a temporary file, fsynced, renamed to its final
 /// name and the directory fsynced, so a segment file under its final name always has a
@@ -123,33 +163,65 @@ pub fn sync_dir(storage: &dyn Storage, dir: &Path) -> Result<()> {
 pub fn create_segment(
     storage: &dyn Storage,
     dir: &Path,
-    id: u64,
-    first_lsn: u64,
+    header: SegmentHeader,
     preallocate_bytes: u64,
 ) -> Result<Box<dyn StorageFile>> {
-    let path = segment_path(dir, id);
-    let tmp = dir.join(temp_file_name(id));
-    let ctx = |what: &str| format!("{what} segment {}", path.display());
+    let tmp = dir.join(temp_file_name(header.id));
     let file = storage
         .create(&tmp)
-        .map_err(|e| Error::io(ctx("creating"), e))?;
-    let header = SegmentHeader {
-        id,
-        first_lsn,
-        flags: 0,
-    }
-    .encode();
-    file.write_all_at(&header, 0)
-        .map_err(|e| Error::io(ctx("writing header of"), e))?;
+        .map_err(|e| Error::io(ctx(dir, header.id, "creating"), e))?;
     preallocate(&*file, SEGMENT_HEADER_BYTES as u64, preallocate_bytes)
-        .map_err(|e| Error::io(ctx("preallocating"), e))?;
-    file.sync_data()
-        .map_err(|e| Error::io(ctx("fsyncing"), e))?;
+        .map_err(|e| Error::io(ctx(dir, header.id, "preallocating"), e))?;
+    install_segment(storage, dir, file, &tmp, header)
+}
+
+/// Makes the retired segment file `free` (a `.free` name) segment `header.id`: renamed
+/// to the temporary name, its header rewritten (with the recycled flag and a new salt),
+/// fsynced, then installed like a new segment. Its old records stay where they were, but
+/// they carry another salt, so none of them validates in the new life (§2.3).
+pub fn recycle_segment(
+    storage: &dyn Storage,
+    dir: &Path,
+    free: &Path,
+    header: SegmentHeader,
+) -> Result<Box<dyn StorageFile>> {
+    debug_assert!(
+        header.is_recycled(),
+        "a recycled file says so in its header"
+    );
+    let tmp = dir.join(temp_file_name(header.id));
     storage
-        .rename(&tmp, &path)
-        .map_err(|e| Error::io(ctx("renaming"), e))?;
+        .rename(free, &tmp)
+        .map_err(|e| Error::io(format!("renaming {} for reuse", free.display()), e))?;
+    let file = storage
+        .open(&tmp, true)
+        .map_err(|e| Error::io(ctx(dir, header.id, "opening recycled file for"), e))?;
+    install_segment(storage, dir, file, &tmp, header)
+}
+
+/// Writes `header` into `file` (at `tmp`), fsyncs it, renames it to its segment name and
+/// fsyncs the directory.
+fn install_segment(
+    storage: &dyn Storage,
+    dir: &Path,
+    file: Box<dyn StorageFile>,
+    tmp: &Path,
+    header: SegmentHeader,
+) -> Result<Box<dyn StorageFile>> {
+    let id = header.id;
+    file.write_all_at(&header.encode(), 0)
+        .map_err(|e| Error::io(ctx(dir, id, "writing header of"), e))?;
+    file.sync_data()
+        .map_err(|e| Error::io(ctx(dir, id, "fsyncing"), e))?;
+    storage
+        .rename(tmp, &segment_path(dir, id))
+        .map_err(|e| Error::io(ctx(dir, id, "renaming"), e))?;
     sync_dir(storage, dir)?;
     Ok(file)
+}
+
+fn ctx(dir: &Path, id: u64, what: &str) -> String {
+    format!("{what} segment {}", segment_path(dir, id).display())
 }
 
 /// Reserves `len` zeroed bytes at `offset` so later writes do not change the file size

@@ -20,7 +20,8 @@ use std::path::{Path, PathBuf};
 
 use crate::error::{CorruptionReason, Error, Result};
 use crate::log::format::*;
-use crate::log::record::{self, RecordHeader};
+use crate::log::record::{self, RecordHeader, Salt};
+use crate::log::recycle;
 use crate::log::segment::{SegmentHeader, list_segments, segment_path, sync_dir};
 use crate::log::{Log, RecordPos};
 use crate::storage::Storage;
@@ -112,11 +113,13 @@ impl Log {
             "live positions must be sorted"
         );
         let next_first_lsn = self.first_lsn_after(through_id)?;
+        // A new file, in format v2 whatever the segments it replaces were written in.
+        let salt = self.writer()?.salts.next();
         let CompactedBody {
             mut body,
             moved,
             first_lsn,
-        } = self.copy_live(through_id, live)?;
+        } = self.copy_live(through_id, live, salt)?;
         let seal_offset = (SEGMENT_HEADER_BYTES + body.len()) as u64;
         let seal = RecordHeader {
             payload_len: SEAL_PAYLOAD_BYTES as u32,
@@ -125,7 +128,13 @@ impl Log {
             flags: FLAG_BATCH_START | FLAG_BATCH_END,
         };
         let next_id = (through_id + 1).to_le_bytes();
-        record::encode_into(&mut body, &seal, record::payload_crc(&next_id), &next_id);
+        record::encode_into(
+            &mut body,
+            salt,
+            &seal,
+            record::payload_crc(&next_id),
+            &next_id,
+        );
         // The index is switched to `moved` once the file is in place: every new position
         // must be a record of it, in order, before the seal (recovery checks the records'
         // LSN order again when it reads the file).
@@ -142,9 +151,18 @@ impl Log {
             id: through_id,
             first_lsn: first_lsn.unwrap_or(next_first_lsn),
             flags: SEGMENT_FLAG_COMPACTED,
+            salt,
         };
         let tmp = self.dir().join(compact_temp_file_name(through_id));
-        self.write_compacted(&tmp, &header, &body)?;
+        if let Err(e) = self.write_compacted(&tmp, &header, &body) {
+            // Retired files hold space that a full disk needs for this file: give them up
+            // and try once more.
+            if !recycle::is_disk_full(&e) || recycle::drain(self.storage(), self.dir(), false)? == 0
+            {
+                return Err(e);
+            }
+            self.write_compacted(&tmp, &header, &body)?;
+        }
         Ok(PreparedCompaction {
             through_id,
             tmp,
@@ -168,7 +186,7 @@ impl Log {
 
     /// Encodes the records at `live` as the body of compacted segment `through_id`, each
     /// a batch of its own with its original LSN.
-    fn copy_live(&self, through_id: u64, live: &[RecordPos]) -> Result<CompactedBody> {
+    fn copy_live(&self, through_id: u64, live: &[RecordPos], salt: Salt) -> Result<CompactedBody> {
         let mut out = CompactedBody {
             body: Vec::new(),
             moved: Vec::with_capacity(live.len()),
@@ -208,6 +226,7 @@ impl Log {
                 };
                 record::encode_into(
                     &mut out.body,
+                    salt,
                     &header,
                     record::payload_crc(rec.payload),
                     rec.payload,
@@ -282,9 +301,7 @@ impl Log {
                 .open(&path, false)
                 .and_then(|f| f.len())
                 .unwrap_or(0);
-            storage
-                .remove(&path)
-                .map_err(|e| Error::io(format!("removing {}", path.display()), e))?;
+            recycle::retire(storage, self.dir(), id, &path, self.recycle_min_bytes())?;
             sync_dir(storage, self.dir())?;
             removed.push(path);
         }
@@ -310,15 +327,20 @@ impl Log {
                 .open(&path, false)
                 .and_then(|f| f.len())
                 .unwrap_or(0);
-            storage
-                .remove(&path)
-                .map_err(|e| Error::io(format!("removing {}", path.display()), e))?;
+            recycle::retire(storage, self.dir(), id, &path, self.recycle_min_bytes())?;
             removed.push(path);
         }
         if !removed.is_empty() {
             sync_dir(storage, self.dir())?;
         }
         Ok((removed, bytes))
+    }
+}
+
+impl Log {
+    /// The shortest retired file worth keeping for reuse.
+    fn recycle_min_bytes(&self) -> u64 {
+        crate::log::open::recycle_min_bytes(self.inner.options.segment_bytes)
     }
 }
 

@@ -7,7 +7,7 @@ use std::path::Path;
 use super::{LogRecovery, SkippedRange};
 use crate::error::{CorruptionReason, Result};
 use crate::log::format::*;
-use crate::log::record::{self, DecodeError, RecordHeader};
+use crate::log::record::{self, DecodeError, RecordHeader, Salt};
 use crate::log::segment::SegmentHeader;
 use crate::log::{RecordRef, RecoveryMode};
 
@@ -44,6 +44,10 @@ pub(super) struct Cursor<'a> {
     lsn_gaps_allowed: bool,
     /// LSN of the last record delivered, to check that delivered LSNs strictly increase.
     last_delivered: Option<u64>,
+    /// What the segment's record checksums mix in.
+    salt: Salt,
+    /// Whether the last complete batch is a close record (a writer closed cleanly there).
+    closed: bool,
 }
 
 impl<'a> Cursor<'a> {
@@ -59,7 +63,15 @@ impl<'a> Cursor<'a> {
             batch: Vec::new(),
             lsn_gaps_allowed: mode == RecoveryMode::Salvage || header.is_compacted(),
             last_delivered: None,
+            salt: header.salt,
+            closed: false,
         }
+    }
+
+    /// Whether the segment's last complete batch is a close record: the writer that
+    /// wrote it closed cleanly, and wrote nothing after it.
+    pub fn closed(&self) -> bool {
+        self.closed
     }
 
     /// End of the last complete batch: where a writer appends next.
@@ -87,7 +99,7 @@ impl<'a> Cursor<'a> {
                     reason,
                 })
             };
-            let (h, _) = match record::decode(&self.buf[at..]) {
+            let (h, _) = match record::decode(&self.buf[at..], self.salt) {
                 Ok(ok) => ok,
                 Err(DecodeError::Unwritten) if self.batch.is_empty() => return Ok(stop(None)),
                 Err(DecodeError::Unwritten | DecodeError::Truncated) => {
@@ -102,6 +114,12 @@ impl<'a> Cursor<'a> {
                 return Ok(self
                     .seal(at, &h)
                     .unwrap_or_else(|reason| stop(Some(reason))));
+            }
+            if h.kind == KIND_CLOSE {
+                if let Err(reason) = self.close(&h) {
+                    return Ok(stop(Some(reason)));
+                }
+                continue;
             }
             self.batch.push((at, h));
             self.pos += h.record_bytes() as usize;
@@ -130,12 +148,30 @@ impl<'a> Cursor<'a> {
         Ok(CursorEnd::Sealed)
     }
 
+    /// Takes the close record `h`: a batch of its own, with no payload and no LSN of its
+    /// own (it carries the next one). Only format v2 has it.
+    fn close(&mut self, h: &RecordHeader) -> Result<(), CorruptionReason> {
+        if self.salt == Salt::Unsalted {
+            return Err(CorruptionReason::UnknownKind(h.kind));
+        }
+        if h.payload_len != 0 || h.lsn != self.next_lsn {
+            return Err(CorruptionReason::BadLength {
+                length: u64::from(h.payload_len),
+            });
+        }
+        self.pos += h.record_bytes() as usize;
+        self.committed_end = self.pos;
+        self.closed = true;
+        Ok(())
+    }
+
     fn check_sequence(&self, h: &RecordHeader) -> Result<(), CorruptionReason> {
         let starts = h.flags & FLAG_BATCH_START != 0;
         if starts != self.batch.is_empty() {
             return Err(CorruptionReason::BadFlags(h.flags));
         }
-        if h.kind == KIND_SEAL && h.flags & FLAG_BATCH_END == 0 {
+        let internal = h.kind == KIND_SEAL || h.kind == KIND_CLOSE;
+        if internal && h.flags & FLAG_BATCH_END == 0 {
             return Err(CorruptionReason::BadFlags(h.flags));
         }
         let lsn_ok = h.lsn == self.next_lsn || (self.lsn_gaps_allowed && h.lsn > self.next_lsn);
@@ -174,6 +210,7 @@ impl<'a> Cursor<'a> {
             report.bytes += h.record_bytes();
         }
         self.committed_end = self.pos;
+        self.closed = false;
         Ok(())
     }
 

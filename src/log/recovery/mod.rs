@@ -14,6 +14,7 @@ pub(crate) use self::source::SegmentPin;
 use self::source::Source;
 use self::verdict::Verdict;
 use super::format::*;
+use super::record::Salt;
 use super::segment::{SegmentHeader, list_segments};
 use super::{RecordRef, RecoveryMode};
 use crate::error::{CorruptionReason, Error, Result};
@@ -28,7 +29,9 @@ pub struct LogRecovery {
     pub bytes: u64,
     /// Segment files scanned.
     pub segments: u64,
-    /// Bytes of the torn tail ignored (and, for a writer, zeroed).
+    /// Bytes of the torn tail ignored (and, for a writer, zeroed, or sealed off). In a
+    /// recycled segment after a crash, every byte past the data counts: an earlier life's
+    /// bytes cannot be told from a torn batch's.
     pub torn_bytes: u64,
     /// Byte ranges skipped under `RecoveryMode::Salvage`, with the reason.
     pub skipped: Vec<SkippedRange>,
@@ -60,6 +63,14 @@ pub(crate) struct SegmentState {
     pub sealed: bool,
     /// The file's length on disk.
     pub file_bytes: u64,
+    /// What its records' checksums mix in.
+    pub salt: Salt,
+    /// Whether it is a recycled file.
+    pub recycled: bool,
+    /// A recycled final segment whose writer did not close cleanly: what lies past its
+    /// data may hold records of this life, and no bound on them is known, so a writer
+    /// must not append there; it seals the segment at `data_end` instead (§5.3).
+    pub seal_at_open: bool,
 }
 
 /// Everything `open` learns from the scan.
@@ -138,7 +149,8 @@ pub(crate) fn scan(
         if !locked {
             // Exactly the bytes just scanned: reads through this handle find the records
             // it indexed, never what a later compaction put under the same name.
-            out.pins.push((*id, source.pin()));
+            let pin = source.pin(&read_buf, state.data_end as usize, header.salt);
+            out.pins.push((*id, pin));
         }
         out.report.segments += 1;
         out.segments.push(state);
@@ -266,6 +278,9 @@ fn scan_segment(
         dirty_end: 0,
         sealed: false,
         file_bytes: buf.len() as u64,
+        salt: header.salt,
+        recycled: header.is_recycled(),
+        seal_at_open: false,
     };
     loop {
         let stop = match cursor.run(visit, report)? {
@@ -277,7 +292,33 @@ fn scan_segment(
         };
         cursor.drop_partial_batch();
         let start = cursor.committed_end();
-        match verdict::judge(buf, stop, start, cursor.next_lsn(), is_last, mode) {
+        match verdict::judge(
+            buf,
+            header.salt,
+            stop,
+            start,
+            cursor.next_lsn(),
+            is_last,
+            mode,
+        ) {
+            Verdict::End { .. } if state.recycled => {
+                // Past the data of a recycled file lie an earlier life's bytes (none of
+                // which validates here). After a close record nothing of this life
+                // follows; otherwise a torn batch may, of unknown extent.
+                if !cursor.closed() {
+                    let torn_bytes = buf.len() as u64 - start as u64;
+                    if mode == RecoveryMode::Strict {
+                        return Err(corrupt(
+                            path,
+                            start as u64,
+                            CorruptionReason::TornTail { torn_bytes },
+                        ));
+                    }
+                    report.torn_bytes += torn_bytes;
+                    state.seal_at_open = true;
+                }
+                break;
+            }
             Verdict::End { torn_bytes } => {
                 report.torn_bytes += torn_bytes;
                 if torn_bytes > 0 {
@@ -294,7 +335,9 @@ fn scan_segment(
                         bytes,
                         reason,
                     });
-                    if is_last {
+                    if is_last && state.recycled {
+                        state.seal_at_open = true;
+                    } else if is_last {
                         // A writer appends from `start`, over these bytes: it zeroes
                         // them first, as a torn tail, so none is left past new data.
                         state.dirty_end = start as u64 + bytes;

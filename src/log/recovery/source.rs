@@ -5,33 +5,31 @@ use std::path::Path;
 use std::sync::Arc;
 
 use crate::error::{Error, Result};
-use crate::storage::{FileView, Storage, StorageFile};
+use crate::log::record::Salt;
+use crate::storage::{FileView, Storage};
 
 /// What keeps the bytes a read-only scan read readable for the handle's lifetime, however
 /// a writer renames or deletes the file afterwards (DESIGN.md §5.4).
 #[derive(Clone)]
-pub(crate) enum SegmentPin {
-    /// The bytes themselves: a memory map of the file as scanned, or a copy of them.
-    Bytes(FileView),
-    /// The open file the scan read: the writer may still append past what was scanned,
-    /// but never changes a byte below it.
-    File(std::sync::Arc<dyn StorageFile>),
+pub(crate) struct SegmentPin {
+    /// A memory map of the file as scanned, or a copy of the bytes scanned.
+    pub bytes: FileView,
+    /// The salt the segment had when scanned.
+    pub salt: Salt,
+    /// Whether `bytes` is a map: a recycled file changes under it (§2.6), and its
+    /// header then shows another salt.
+    pub mapped: bool,
 }
-
 /// A sealed segment at most this large is pinned as a copy rather than a memory map, so a
 /// store of many small segments does not run into the kernel's limit on maps per process
 /// (`vm.max_map_count`, 65,530 by default). Memory held is then at most the store's size.
 pub(crate) const PIN_COPY_BYTES_MAX: usize = 1 << 20;
 
-/// Reads the whole segment into `buf`; returns the open file.
-fn read_whole(
-    storage: &dyn Storage,
-    path: &Path,
-    buf: &mut Vec<u8>,
-) -> Result<Box<dyn StorageFile>> {
+/// Reads the whole segment into `buf`.
+fn read_whole(storage: &dyn Storage, path: &Path, buf: &mut Vec<u8>) -> Result<()> {
     storage
         .open(path, false)
-        .and_then(|f| f.read_all_into(buf).map(|()| f))
+        .and_then(|f| f.read_all_into(buf))
         .map_err(|e| Error::io(format!("reading segment {}", path.display()), e))
 }
 
@@ -39,8 +37,8 @@ fn read_whole(
 pub(super) enum Source {
     /// A memory map of the whole file.
     Mapped(FileView),
-    /// Copied into the scan's buffer from this open file.
-    Read(Box<dyn StorageFile>),
+    /// Copied into the scan's buffer.
+    Read,
 }
 
 impl Source {
@@ -58,7 +56,10 @@ impl Source {
         };
         Ok(match view {
             Some(view) => Source::Mapped(view),
-            None => Source::Read(read_whole(storage, path, read_buf)?),
+            None => {
+                read_whole(storage, path, read_buf)?;
+                Source::Read
+            }
         })
     }
 
@@ -66,19 +67,25 @@ impl Source {
     pub fn bytes<'a>(&'a self, read_buf: &'a [u8]) -> &'a [u8] {
         match self {
             Source::Mapped(view) => view,
-            Source::Read(_) => read_buf,
+            Source::Read => read_buf,
         }
     }
 
     /// What keeps the scanned bytes readable: the map (copied when small, see
-    /// [`PIN_COPY_BYTES_MAX`]), or the file they were read from.
-    pub fn pin(self) -> SegmentPin {
-        match self {
+    /// [`PIN_COPY_BYTES_MAX`]), or a copy of the `data_end` bytes read from the file
+    /// (the last segment: the writer appends past them, and may later recycle the file).
+    pub fn pin(self, read_buf: &[u8], data_end: usize, salt: Salt) -> SegmentPin {
+        let (bytes, mapped) = match self {
             Source::Mapped(view) if view.len() <= PIN_COPY_BYTES_MAX => {
-                SegmentPin::Bytes(Arc::new(view.to_vec()))
+                (Arc::new(view.to_vec()) as FileView, false)
             }
-            Source::Mapped(view) => SegmentPin::Bytes(view),
-            Source::Read(file) => SegmentPin::File(Arc::from(file)),
+            Source::Mapped(view) => (view, true),
+            Source::Read => (Arc::new(read_buf[..data_end].to_vec()) as FileView, false),
+        };
+        SegmentPin {
+            bytes,
+            salt,
+            mapped,
         }
     }
 }

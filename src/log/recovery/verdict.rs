@@ -12,7 +12,7 @@ use super::cursor::Stop;
 use crate::error::CorruptionReason;
 use crate::log::RecoveryMode;
 use crate::log::format::*;
-use crate::log::record;
+use crate::log::record::{self, Salt};
 
 /// What the scan of a segment does about a stop.
 #[derive(Debug)]
@@ -43,6 +43,7 @@ pub(super) enum Verdict {
 /// and whose next record would carry `next_lsn` (the partial batch already dropped).
 pub(super) fn judge(
     buf: &[u8],
+    salt: Salt,
     stop: Stop,
     committed_end: usize,
     next_lsn: u64,
@@ -53,7 +54,7 @@ pub(super) fn judge(
     let torn_bytes = (last_nonzero(buf, start) - start) as u64;
     // Inclusive: a valid record right where the scan stopped (out of sequence, say)
     // that claims durable predecessors proves the damage is not a tear.
-    let later = find_durable_batch(buf, stop.offset as usize, next_lsn);
+    let later = find_durable_batch(buf, salt, stop.offset as usize, next_lsn);
     let problem = match (later, is_last) {
         // Bytes written after everything before them was durable: the bad region was
         // durable too, so it is corruption, wherever it is.
@@ -85,7 +86,7 @@ pub(super) fn judge(
     // partial batch before it) would stop there again, forever: resume past it.
     let resume = later
         .filter(|&l| l != start)
-        .or_else(|| later.and_then(|l| find_durable_batch(buf, l + 1, next_lsn)));
+        .or_else(|| later.and_then(|l| find_durable_batch(buf, salt, l + 1, next_lsn)));
     match resume {
         // Report why the record there was rejected; a hole of zeros has no such reason,
         // only the valid data after it.
@@ -102,7 +103,7 @@ pub(super) fn judge(
 
 /// Offset of the first record at or after `from` that validates and starts a batch
 /// written after everything before it was durable, with an LSN not below `min_lsn`.
-fn find_durable_batch(buf: &[u8], from: usize, min_lsn: u64) -> Option<usize> {
+fn find_durable_batch(buf: &[u8], salt: Salt, from: usize, min_lsn: u64) -> Option<usize> {
     let last = buf.len().checked_sub(RECORD_HEADER_BYTES)?;
     if from > last {
         return None;
@@ -118,7 +119,7 @@ fn find_durable_batch(buf: &[u8], from: usize, min_lsn: u64) -> Option<usize> {
                 let q = base + i;
                 (f & FLAG_DURABLE_BEFORE != 0
                     && buf[q + REC_KIND_OFFSET] != KIND_UNWRITTEN
-                    && matches!(record::decode(&buf[q..]), Ok((h, _)) if h.lsn >= min_lsn))
+                    && matches!(record::decode(&buf[q..], salt), Ok((h, _)) if h.lsn >= min_lsn))
                 .then_some(q)
             });
             if found.is_some() {
@@ -180,6 +181,7 @@ mod tests {
 
     #[test]
     fn find_durable_batch_finds_the_first_valid_one() {
+        const SALT: Salt = Salt::Salted(77);
         let record = |lsn: u64| {
             let h = RecordHeader {
                 payload_len: 5,
@@ -188,7 +190,7 @@ mod tests {
                 flags: FLAG_BATCH_START | FLAG_BATCH_END | FLAG_DURABLE_BEFORE,
             };
             let mut out = Vec::new();
-            record::encode_into(&mut out, &h, record::payload_crc(b"hello"), b"hello");
+            record::encode_into(&mut out, SALT, &h, record::payload_crc(b"hello"), b"hello");
             out
         };
         for at in [0usize, 1, 63, 64, 100, 1000] {
@@ -197,13 +199,13 @@ mod tests {
             buf.extend_from_slice(&[0u8; 50]);
             buf.extend_from_slice(&record(9));
             let second = at + record(7).len() + 50;
-            assert_eq!(find_durable_batch(&buf, 0, 0), Some(at));
-            assert_eq!(find_durable_batch(&buf, at, 7), Some(at));
-            assert_eq!(find_durable_batch(&buf, 0, 8), Some(second));
-            assert_eq!(find_durable_batch(&buf, at + 1, 0), Some(second));
-            assert_eq!(find_durable_batch(&buf, second + 1, 0), None);
-            assert_eq!(find_durable_batch(&buf, buf.len(), 0), None);
-            assert_eq!(find_durable_batch(&buf, 0, 10), None);
+            assert_eq!(find_durable_batch(&buf, SALT, 0, 0), Some(at));
+            assert_eq!(find_durable_batch(&buf, SALT, at, 7), Some(at));
+            assert_eq!(find_durable_batch(&buf, SALT, 0, 8), Some(second));
+            assert_eq!(find_durable_batch(&buf, SALT, at + 1, 0), Some(second));
+            assert_eq!(find_durable_batch(&buf, SALT, second + 1, 0), None);
+            assert_eq!(find_durable_batch(&buf, SALT, buf.len(), 0), None);
+            assert_eq!(find_durable_batch(&buf, SALT, 0, 10), None);
         }
     }
 }

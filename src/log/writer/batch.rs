@@ -3,7 +3,7 @@
 
 use crate::log::RecordPos;
 use crate::log::format::*;
-use crate::log::record::RecordHeader;
+use crate::log::record::{RecordHeader, Salt};
 
 /// A batch's buffers are shrunk back to this many bytes after use (one huge batch should
 /// not pin its memory for the life of the log).
@@ -52,7 +52,10 @@ impl Batch {
 }
 
 /// Plans where a record of `payload_bytes` goes, moving `tail` past it. A record that
-/// would leave no room for the seal goes to the start of the next segment.
+/// would leave no room for the seal goes to the start of the next segment. One too large
+/// for any segment of `segment_bytes` goes there too: that segment is made large enough
+/// for it alone (the writer sizes it at rotation), and the tail then lies past
+/// `segment_bytes`, so the next record goes to the segment after.
 pub(super) fn reserve(tail: &mut RecordPos, payload_bytes: u64, segment_bytes: u64) -> RecordPos {
     let record_bytes = RECORD_HEADER_BYTES as u64 + payload_bytes;
     if tail.offset + record_bytes + SEAL_RECORD_BYTES as u64 > segment_bytes {
@@ -69,7 +72,12 @@ pub(super) fn reserve(tail: &mut RecordPos, payload_bytes: u64, segment_bytes: u
 /// Writes the encoded header of a record into `record` (its header bytes, then its
 /// payload), exactly as [`record::encode_into`](crate::log::record::encode_into) lays it out. Without the payload's CRC at
 /// hand, the checksum is computed over the record's bytes as they lie.
-pub(super) fn put_header(record: &mut [u8], header: &RecordHeader, payload_crc: Option<u32>) {
+pub(super) fn put_header(
+    record: &mut [u8],
+    salt: Salt,
+    header: &RecordHeader,
+    payload_crc: Option<u32>,
+) {
     debug_assert_eq!(record.len() as u64, header.record_bytes());
     record[REC_LEN_OFFSET..][..4].copy_from_slice(&header.payload_len.to_le_bytes());
     record[REC_LSN_OFFSET..][..8].copy_from_slice(&header.lsn.to_le_bytes());
@@ -77,10 +85,10 @@ pub(super) fn put_header(record: &mut [u8], header: &RecordHeader, payload_crc: 
     record[REC_FLAGS_OFFSET] = header.flags;
     record[REC_RESERVED_OFFSET..RECORD_HEADER_BYTES].fill(0);
     let crc = match payload_crc {
-        Some(payload_crc) => header.checksum(payload_crc, u64::from(header.payload_len)),
+        Some(payload_crc) => header.checksum(salt, payload_crc, u64::from(header.payload_len)),
         // The checksum covers the header after its CRC field, then the payload: here
         // contiguous.
-        None => mask_crc(crc32fast::hash(&record[REC_LEN_OFFSET..])),
+        None => salt.checksum(&record[REC_LEN_OFFSET..]),
     };
     record[REC_CRC_OFFSET..][..4].copy_from_slice(&crc.to_le_bytes());
 }
@@ -117,13 +125,14 @@ mod tests {
                 flags,
             };
             let crc = record::payload_crc(payload);
+            let salt = Salt::Salted(0xabcd_0123);
             let mut expected = Vec::new();
-            record::encode_into(&mut expected, &header, crc, payload);
+            record::encode_into(&mut expected, salt, &header, crc, payload);
             // Both ways: with the payload's CRC from the appender, and computed in place.
             for given in [Some(crc), None] {
                 let mut got = vec![0xFFu8; RECORD_HEADER_BYTES];
                 got.extend_from_slice(payload);
-                put_header(&mut got, &header, given);
+                put_header(&mut got, salt, &header, given);
                 assert_eq!(got, expected, "payload CRC given: {}", given.is_some());
             }
         }

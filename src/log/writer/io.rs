@@ -24,7 +24,7 @@ impl Io {
         let mut bytes = &mut batch.bytes[..];
         while let Some(first) = rest.first() {
             if first.pos.segment_id != self.segment_id {
-                self.rotate(first.pos.segment_id, first.lsn, w)?;
+                self.rotate(first.pos.segment_id, first.lsn, first.record_bytes(), w)?;
             }
             let run = rest
                 .iter()
@@ -75,7 +75,7 @@ impl Io {
                 flags,
             };
             let end = at + p.record_bytes();
-            put_header(&mut bytes[at..end], &header, p.payload_crc);
+            put_header(&mut bytes[at..end], self.salt, &header, p.payload_crc);
             at = end;
         }
         debug_assert_eq!(at, bytes.len(), "run bytes match its records");
@@ -148,7 +148,6 @@ impl Io {
         Ok(())
     }
 
-    /// Seals the current segment (seal record + fsync), unless it is sealed already, then
     /// The segment being appended to. Absent only while the final segment is sealed and
     /// its successor not yet created; nothing writes then until `rotate` creates it.
     pub(super) fn file(&self) -> Result<&dyn StorageFile> {

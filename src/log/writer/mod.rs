@@ -29,14 +29,14 @@ mod zeroing;
 use std::collections::VecDeque;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use parking_lot::{Condvar, Mutex, MutexGuard};
 
 use self::batch::{Batch, Pending, reserve};
 use self::zeroing::ZeroingPolicy;
 use super::format::*;
-use super::record;
+use super::record::{self, Salt};
 use super::{AppendThen, Appended, RecordPos, SyncMode, record_bytes};
 use crate::error::{Error, Result};
 use crate::storage::{Storage, StorageFile};
@@ -104,8 +104,16 @@ struct Io {
     zeroing: ZeroingPolicy,
     segment_bytes: u64,
     /// Where the current segment ends: `segment_bytes`, or more for a segment reopened
-    /// after it was written with a larger `segment_bytes` (it is sealed at the next append).
+    /// after it was written with a larger `segment_bytes` (it is sealed at the next append),
+    /// or for a segment created to hold one record larger than `segment_bytes` allows.
     segment_end: u64,
+    /// What the current segment's record checksums mix in.
+    salt: Salt,
+    /// Whether the current segment is a recycled file (a clean close then appends a close
+    /// record, so the next writer may append after it).
+    recycled: bool,
+    /// Hands out the salts of new segments.
+    salts: Arc<SaltSource>,
     /// For seal records.
     buf: Vec<u8>,
 }
@@ -119,6 +127,7 @@ pub(crate) struct Counters {
     pub bytes_written: AtomicU64,
     pub zero_bytes_written: AtomicU64,
     pub rotations: AtomicU64,
+    pub recycled: AtomicU64,
 }
 
 /// Where the writer starts after recovery.
@@ -136,6 +145,48 @@ pub(crate) struct WriterStart {
     pub zeroed_end: u64,
     pub next_lsn: u64,
     pub segment_bytes: u64,
+    /// The salt of segment `segment_id`'s records.
+    pub salt: Salt,
+    /// Whether segment `segment_id` is a recycled file.
+    pub recycled: bool,
+    /// Where the salts of new segments come from.
+    pub salts: Arc<SaltSource>,
+}
+
+/// Hands out segment salts: each new segment file (created, recycled or compacted) gets
+/// the next one, so within a store the salts of segment lives only increase. A recycled
+/// file's earlier lives all had lower salts than its new one, which therefore differs
+/// from each (DESIGN.md §2.3). It wraps after 2^32 segments.
+#[derive(Debug)]
+pub(crate) struct SaltSource(AtomicU32);
+
+impl SaltSource {
+    /// Salts after the highest one on disk, or from a random start for a store with no
+    /// salted segment, so two stores' segments are unlikely to share salts.
+    pub fn after(highest_on_disk: Option<u32>) -> Self {
+        SaltSource(AtomicU32::new(match highest_on_disk {
+            Some(salt) => salt.wrapping_add(1),
+            None => random_u32(),
+        }))
+    }
+
+    /// The salt for the next segment file.
+    pub fn next(&self) -> Salt {
+        Salt::Salted(self.0.fetch_add(1, Ordering::Relaxed))
+    }
+}
+
+/// 32 random bits from the OS, through std's randomly keyed hasher (no dependency).
+fn random_u32() -> u32 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos()),
+    );
+    h.write_u32(std::process::id());
+    h.finish() as u32
 }
 
 /// The group-commit writer.
@@ -156,6 +207,8 @@ pub(crate) struct Writer {
     io: Mutex<Io>,
     sync: SyncMode,
     segment_bytes: u64,
+    /// Shared with compaction, which salts the segments it writes from the same source.
+    pub salts: Arc<SaltSource>,
     pub counters: Counters,
     /// Id of the segment being written (segments below it are sealed).
     pub active_segment: AtomicU64,
@@ -211,10 +264,14 @@ impl Writer {
                 segment_end: start
                     .segment_bytes
                     .max(start.write_pos + SEAL_RECORD_BYTES as u64),
+                salt: start.salt,
+                recycled: start.recycled,
+                salts: start.salts.clone(),
                 buf: Vec::new(),
             }),
             sync,
             segment_bytes: start.segment_bytes,
+            salts: start.salts,
             counters: Counters::default(),
             // Everything up to a sealed segment is sealed: compaction may take it.
             active_segment: AtomicU64::new(start.segment_id + u64::from(sealed)),
@@ -247,9 +304,36 @@ impl Writer {
         Ok(())
     }
 
-    /// Largest payload one record may carry with this segment size.
+    /// Largest payload one record may carry: a record larger than a segment allows gets a
+    /// segment of its own, so only the format's own limit applies.
     pub fn payload_bytes_max(&self) -> u64 {
-        max_payload_bytes(self.segment_bytes)
+        RECORD_PAYLOAD_BYTES_MAX
+    }
+
+    /// A clean close, once every handle is gone: in a recycled segment, appends a close
+    /// record (synced unless `Never`), so that the next writer may append after it rather
+    /// than seal the segment (§5.3). Nothing to do elsewhere: past a fresh segment's data
+    /// there are only zeros.
+    pub fn close(&self) -> Result<()> {
+        let next_lsn = {
+            let shared = self.shared.lock();
+            // A poisoned handle writes nothing more; an unwritten record (impossible with
+            // no handle left) would be overtaken by the close record.
+            if shared.poisoned.is_some() || shared.written_lsn != shared.next_lsn {
+                return Ok(());
+            }
+            shared.next_lsn
+        };
+        let mut io = self.io.lock();
+        let room = (RECORD_HEADER_BYTES + SEAL_RECORD_BYTES) as u64;
+        if io.file.is_none() || !io.recycled || io.write_pos + room > io.segment_end {
+            return Ok(());
+        }
+        io.write_internal(KIND_CLOSE, next_lsn, &[], self)?;
+        if self.sync != SyncMode::Never {
+            io.sync(self)?;
+        }
+        Ok(())
     }
 
     /// Appends one record; returns once it is durable (`Always`) or written (otherwise).
@@ -308,7 +392,7 @@ impl Writer {
                 pos,
                 kind,
                 payload_crc,
-                // Fits: payloads are at most SEGMENT_BYTES_MAX (2^31) bytes.
+                // Fits: payloads are at most RECORD_PAYLOAD_BYTES_MAX (< 2^31) bytes.
                 payload_len: payload.len() as u32,
             },
             payload,
@@ -504,9 +588,4 @@ fn parity(batch_no: u64) -> usize {
 
 fn tracing_fsync_error(e: &Error) {
     tracing::error!(error = %e, "write or fsync failed; the log handle is poisoned");
-}
-
-/// Largest payload a record may carry in a segment of `segment_bytes`.
-pub(crate) fn max_payload_bytes(segment_bytes: u64) -> u64 {
-    segment_bytes - (SEGMENT_HEADER_BYTES + RECORD_HEADER_BYTES + SEAL_RECORD_BYTES) as u64
 }

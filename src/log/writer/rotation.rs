@@ -1,5 +1,6 @@
 //! Segment rotation: seals the full segment (a seal record naming the next one, then an
-//! fdatasync) and creates its successor with zeros ahead, before the batch that needs it.
+//! fdatasync) and makes its successor, from a retired file when one waits for reuse or
+//! else a new file with zeros ahead, before the batch that needs it.
 
 use std::sync::atomic::Ordering;
 
@@ -7,11 +8,20 @@ use super::{Io, Writer};
 use crate::error::Result;
 use crate::log::format::*;
 use crate::log::record::{self, RecordHeader};
-use crate::log::segment::create_segment;
+use crate::log::recycle;
+use crate::log::segment::{SegmentHeader, create_segment, recycle_segment};
+use crate::storage::StorageFile;
 
 impl Io {
-    /// creates `next_id`.
-    pub(super) fn rotate(&mut self, next_id: u64, next_lsn: u64, w: &Writer) -> Result<()> {
+    /// Seals the current segment (seal record + fsync), unless it is sealed already, then
+    /// makes `next_id`, large enough for a first record of `first_record_bytes`.
+    pub(super) fn rotate(
+        &mut self,
+        next_id: u64,
+        next_lsn: u64,
+        first_record_bytes: usize,
+        w: &Writer,
+    ) -> Result<()> {
         assert_eq!(
             next_id,
             self.segment_id + 1,
@@ -23,15 +33,45 @@ impl Io {
             // Sealed by an earlier writer, and made durable by this one's open.
             debug_assert_eq!(next_lsn, self.sealed_next_lsn, "the seal's LSN comes next");
         }
-        let prealloc = PREALLOCATE_BYTES.min(self.segment_bytes) - SEGMENT_HEADER_BYTES as u64;
-        let file = create_segment(&*self.storage, &self.dir, next_id, next_lsn, prealloc)?;
+        // A record too large for a segment of `segment_bytes` gets one of its own (§2.5).
+        let needed = (SEGMENT_HEADER_BYTES + first_record_bytes + SEAL_RECORD_BYTES) as u64;
+        self.segment_end = self.segment_bytes.max(needed);
+        let salt = self.salts.next();
+        let mut header = SegmentHeader {
+            id: next_id,
+            first_lsn: next_lsn,
+            flags: 0,
+            salt,
+        };
+        let free = recycle::take(&*self.storage, &self.dir, needed, self.segment_end)?;
+        let file: Box<dyn StorageFile> = match free {
+            Some(free) => {
+                header.flags |= SEGMENT_FLAG_RECYCLED;
+                let file = recycle_segment(&*self.storage, &self.dir, &free.path, header)?;
+                // Written through by its earlier life (data and zeros), as far as the
+                // extent map says: no zeros to write ahead, no extents to convert.
+                self.allocated_end = free.file_bytes;
+                self.zeroed_end = file.written_end(SEGMENT_HEADER_BYTES as u64);
+                self.recycled = true;
+                w.counters.recycled.fetch_add(1, Ordering::Relaxed);
+                file
+            }
+            None => {
+                let prealloc =
+                    PREALLOCATE_BYTES.min(self.segment_end) - SEGMENT_HEADER_BYTES as u64;
+                let file = create_segment(&*self.storage, &self.dir, header, prealloc)?;
+                self.allocated_end = SEGMENT_HEADER_BYTES as u64 + prealloc;
+                self.zeroed_end = SEGMENT_HEADER_BYTES as u64;
+                self.recycled = false;
+                file
+            }
+        };
         self.file = Some(file);
         self.segment_id = next_id;
-        self.segment_end = self.segment_bytes;
+        self.salt = salt;
         self.write_pos = SEGMENT_HEADER_BYTES as u64;
         self.synced_pos = self.write_pos;
-        self.zeroed_end = self.write_pos;
-        self.allocated_end = SEGMENT_HEADER_BYTES as u64 + prealloc;
+        self.zeroed_end = self.zeroed_end.clamp(self.write_pos, self.allocated_end);
         // Zeros for the first batches of the new segment, durable before they come (as
         // at open): the rotating batch pays for them, not the next ones.
         self.zero_ahead(w)?;
@@ -41,6 +81,7 @@ impl Io {
         tracing::debug!(
             segment = next_id,
             first_lsn = next_lsn,
+            recycled = self.recycled,
             "rotated to a new segment"
         );
         Ok(())
@@ -48,6 +89,21 @@ impl Io {
 
     /// Writes the seal record handing on `next_lsn` to `next_id`, and fdatasyncs it.
     fn seal(&mut self, next_id: u64, next_lsn: u64, w: &Writer) -> Result<()> {
+        let payload = next_id.to_le_bytes();
+        self.write_internal(KIND_SEAL, next_lsn, &payload, w)?;
+        self.sync(w)
+    }
+
+    /// Writes an internal record (a seal, or a close record) as a batch of its own at the
+    /// end of the data. Nothing follows either: no zeroing ahead (nor preallocating for
+    /// it).
+    pub(super) fn write_internal(
+        &mut self,
+        kind: u8,
+        lsn: u64,
+        payload: &[u8],
+        w: &Writer,
+    ) -> Result<()> {
         let mut buf = std::mem::take(&mut self.buf);
         buf.clear();
         let mut flags = FLAG_BATCH_START | FLAG_BATCH_END;
@@ -55,17 +111,20 @@ impl Io {
             flags |= FLAG_DURABLE_BEFORE;
         }
         let header = RecordHeader {
-            payload_len: SEAL_PAYLOAD_BYTES as u32,
-            lsn: next_lsn,
-            kind: KIND_SEAL,
+            payload_len: payload.len() as u32,
+            lsn,
+            kind,
             flags,
         };
-        let payload = next_id.to_le_bytes();
-        record::encode_into(&mut buf, &header, record::payload_crc(&payload), &payload);
-        // Nothing follows a seal: no zeroing ahead (nor preallocating for it).
+        record::encode_into(
+            &mut buf,
+            self.salt,
+            &header,
+            record::payload_crc(payload),
+            payload,
+        );
         let written = self.write_at_end(&buf, false, w);
         self.buf = buf;
-        written?;
-        self.sync(w)
+        written
     }
 }
