@@ -20,8 +20,10 @@ pub(crate) struct BackendStats {
     pub fsyncs: u64,
     pub bytes_written: u64,
     pub zero_bytes_written: u64,
-    /// Files (segments) holding records, and their bytes on disk.
+    /// Files (segments) holding records; retired files waiting for reuse; the bytes of
+    /// both on disk.
     pub files: u64,
+    pub free_files: u64,
     pub disk_bytes: u64,
 }
 
@@ -108,6 +110,7 @@ impl Backend for Log {
         let s = Log::stats(self);
         // A directory listing; on error the sizes are unknown, not fatal to `stats`.
         let sizes = self.segment_sizes().unwrap_or_default();
+        let free = self.free_file_sizes().unwrap_or_default();
         BackendStats {
             appends: s.appends,
             batches: s.batches,
@@ -115,7 +118,8 @@ impl Backend for Log {
             bytes_written: s.bytes_written,
             zero_bytes_written: s.zero_bytes_written,
             files: sizes.len() as u64,
-            disk_bytes: sizes.iter().map(|(_, b)| b).sum(),
+            free_files: free.len() as u64,
+            disk_bytes: sizes.iter().chain(&free).map(|(_, b)| b).sum(),
         }
     }
 

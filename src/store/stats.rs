@@ -29,6 +29,7 @@ impl<S: State> Store<S> {
             live_bytes,
             dead_bytes: log_bytes.saturating_sub(live_bytes),
             segments,
+            free_segments: log.free_files,
             disk_bytes,
             tasks,
             checkpoints,

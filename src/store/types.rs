@@ -180,7 +180,11 @@ pub struct Stats {
     pub dead_bytes: u64,
     /// Segment files.
     pub segments: u64,
-    /// Bytes of segment files on disk (including preallocated space).
+    /// Retired segment files waiting to be recycled (at most
+    /// [`RECYCLE_FILES_MAX`](crate::log::RECYCLE_FILES_MAX); DESIGN.md §2.6).
+    pub free_segments: u64,
+    /// Bytes of segment files on disk (including preallocated space), and of the retired
+    /// files waiting to be recycled.
     pub disk_bytes: u64,
     /// Tasks.
     pub tasks: u64,

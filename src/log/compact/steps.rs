@@ -89,6 +89,17 @@ impl Log {
             .collect()
     }
 
+    /// The retired segment files waiting to be recycled: the id each had, and its size.
+    pub fn free_file_sizes(&self) -> Result<Vec<(u64, u64)>> {
+        Ok(recycle::list(self.storage(), self.dir())?
+            .into_iter()
+            .filter_map(|f| {
+                let name = f.path.file_name()?.to_str()?;
+                Some((parse_free_file_name(name)?, f.file_bytes))
+            })
+            .collect())
+    }
+
     /// Id of the segment being appended to (every lower id is sealed).
     pub fn active_segment_id(&self) -> Result<u64> {
         let w = self.writer()?;
