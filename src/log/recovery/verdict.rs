@@ -112,13 +112,15 @@ fn find_durable_batch(buf: &[u8], salt: Salt, from: usize, min_lsn: u64) -> Opti
     let flags = &buf[from + REC_FLAGS_OFFSET..=last + REC_FLAGS_OFFSET];
     let mut base = from;
     for chunk in flags.chunks(SKIP_CHUNK) {
-        // Cheap filter first: almost every offset fails it, and a run of unwritten
-        // (zero) space fails it a chunk at a time.
-        if chunk.iter().fold(0, |acc, &f| acc | f) & FLAG_DURABLE_BEFORE != 0 {
+        // Cheap filter first: DURABLE_BEFORE comes only with START and at most END, so the
+        // flags byte is one of two values; almost every offset fails that, zeros and an
+        // earlier life's bytes in a recycled segment (§2.6) alike, a chunk at a time.
+        if chunk.iter().any(|&f| durable_start(f)) {
             let found = chunk.iter().enumerate().find_map(|(i, &f)| {
                 let q = base + i;
-                (f & FLAG_DURABLE_BEFORE != 0
+                (durable_start(f)
                     && buf[q + REC_KIND_OFFSET] != KIND_UNWRITTEN
+                    && lsn_at(buf, q) >= min_lsn
                     && matches!(record::decode(&buf[q..], salt), Ok((h, _)) if h.lsn >= min_lsn))
                 .then_some(q)
             });
@@ -129,6 +131,22 @@ fn find_durable_batch(buf: &[u8], salt: Salt, from: usize, min_lsn: u64) -> Opti
         base += chunk.len();
     }
     None
+}
+
+/// Whether a flags byte is that of a batch's first record written after everything before
+/// it was durable (START and DURABLE_BEFORE, perhaps END, nothing else).
+fn durable_start(flags: u8) -> bool {
+    const START_DURABLE: u8 = FLAG_BATCH_START | FLAG_DURABLE_BEFORE;
+    flags == START_DURABLE || flags == START_DURABLE | FLAG_BATCH_END
+}
+
+/// The LSN field of a record header at `at` (which has a whole header in `buf`): read
+/// before the checksum, since an earlier life's records in a recycled segment have lower
+/// LSNs than any this one can hand out.
+fn lsn_at(buf: &[u8], at: usize) -> u64 {
+    let mut lsn = [0u8; 8];
+    lsn.copy_from_slice(&buf[at + REC_LSN_OFFSET..at + REC_LSN_OFFSET + 8]);
+    u64::from_le_bytes(lsn)
 }
 
 /// Bytes the zero-skipping scans test at a time.
