@@ -22,6 +22,36 @@ struct SegmentSummary {
     bytes: u64,
     first_lsn: u64,
     last_lsn: u64,
+    /// The header's format version and flags, when it decodes.
+    format: Option<(u32, bool, bool)>,
+}
+
+impl SegmentSummary {
+    /// "v2", "v2 compacted", "v1 recycled"...: what the header says.
+    fn format_label(&self) -> String {
+        match self.format {
+            None => "?".into(),
+            Some((version, compacted, recycled)) => {
+                let mut label = format!("v{version}");
+                if compacted {
+                    label.push_str(" compacted");
+                }
+                if recycled {
+                    label.push_str(" recycled");
+                }
+                label
+            }
+        }
+    }
+}
+
+/// The format version and flags in the header of the segment file at `path`.
+fn header_format(path: &Path) -> Option<(u32, bool, bool)> {
+    use std::io::Read;
+    let mut head = [0u8; agentwal::log::SEGMENT_HEADER_BYTES];
+    std::fs::File::open(path).ok()?.read_exact(&mut head).ok()?;
+    let h = agentwal::log::SegmentHeader::decode(&head, path).ok()?;
+    Some((h.version(), h.is_compacted(), h.is_recycled()))
 }
 
 /// The segments by id.
@@ -149,7 +179,8 @@ fn scan_segments(dir: &Path) -> Result<(Segments, Option<Error>), Failure> {
     let log_error = match opened {
         Ok(log) => {
             for id in log.segment_ids()? {
-                segments.entry(id).or_default();
+                segments.entry(id).or_default().format =
+                    header_format(&agentwal::log::segment_path(dir, id));
             }
             None
         }
@@ -207,7 +238,9 @@ fn report_json(
         .iter()
         .map(|(id, s)| {
             json!({"segment": agentwal::log::segment_file_name(*id), "records": s.records,
-                   "bytes": s.bytes, "first_lsn": s.first_lsn, "last_lsn": s.last_lsn})
+                   "bytes": s.bytes, "first_lsn": s.first_lsn, "last_lsn": s.last_lsn,
+                   "format": s.format.map(|f| f.0), "compacted": s.format.map(|f| f.1),
+                   "recycled": s.format.map(|f| f.2)})
         })
         .collect();
     let undecoded: Vec<J> = report
@@ -237,8 +270,8 @@ fn print_report(segments: &Segments, report: Option<&VerifyReport>, corruption: 
 
 fn print_segments(segments: &Segments, corruption: bool) {
     println!(
-        "{:<26} {:>9} {:>10} {:>21} STATUS",
-        "SEGMENT", "RECORDS", "BYTES", "LSN"
+        "{:<26} {:<14} {:>9} {:>10} {:>21} STATUS",
+        "SEGMENT", "FORMAT", "RECORDS", "BYTES", "LSN"
     );
     for (id, s) in segments {
         let lsns = if s.records == 0 {
@@ -252,8 +285,9 @@ fn print_segments(segments: &Segments, corruption: bool) {
             "ok"
         };
         println!(
-            "{:<26} {:>9} {:>10} {:>21} {status}",
+            "{:<26} {:<14} {:>9} {:>10} {:>21} {status}",
             agentwal::log::segment_file_name(*id),
+            s.format_label(),
             s.records,
             render::size(s.bytes),
             lsns
