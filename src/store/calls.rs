@@ -108,8 +108,8 @@ impl<S: State> Store<S> {
     /// With retention configured (`keep_checkpoints` or `max_age`), a call that finished
     /// before its task's oldest retained checkpoint is no longer kept: from the first
     /// compaction pass after that (a pass prunes the index as it starts, as it does
-    /// checkpoints), this returns `None` for it, `pending_calls` and `calls` leave it out,
-    /// and `begin_call` and `finish_call` of its id fail with `InvalidArgument`. Once the
+    /// checkpoints), this returns `None` for it, `calls` and `task_infos` leave it out, and
+    /// `begin_call` and `finish_call` of its id fail with `InvalidArgument`. Once the
     /// pass that drops its records from disk has installed (often the same one), the id
     /// is free again. A store reopened before that serves the call again until its next
     /// pass. Pending calls are kept whatever their age. DESIGN.md §7.4.
