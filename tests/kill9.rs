@@ -688,7 +688,7 @@ impl Oracle {
                 self.check_seq(store, keep, &task, info.seq, ctx);
             }
         }
-        self.check_calls(store, acks, ctx);
+        self.check_calls(store, keep, acks, ctx);
     }
 
     fn check_seq(
@@ -700,10 +700,7 @@ impl Oracle {
         ctx: &str,
     ) {
         let latest = self.seen_latest.get(task).copied().unwrap_or(0);
-        let mut floor = self.retention_floor.get(task).copied().unwrap_or(0);
-        if let Some(k) = keep {
-            floor = floor.max(latest.saturating_sub(u64::from(k) - 1));
-        }
+        let floor = self.floor(task, keep);
         match store.load(task, seq) {
             Ok(Some(cp)) => {
                 let want = self.expected(task, seq);
@@ -721,13 +718,25 @@ impl Oracle {
         }
     }
 
-    /// Every call acked in this round (all of them are checked at the end).
-    fn check_calls(&self, store: &Store<Chain>, acks: &Acks, ctx: &str) {
+    /// Seqs of `task` below this may have been dropped by retention: the child's, or
+    /// `keep` (the handle being checked).
+    fn floor(&self, task: &str, keep: Option<u32>) -> u64 {
+        let latest = self.seen_latest.get(task).copied().unwrap_or(0);
+        let floor = self.retention_floor.get(task).copied().unwrap_or(0);
+        keep.map_or(floor, |k| {
+            floor.max(latest.saturating_sub(u64::from(k) - 1))
+        })
+    }
+
+    /// Every call acked in this round (all of them are checked at the end), on a store
+    /// whose child ran with retention `keep`.
+    fn check_calls(&self, store: &Store<Chain>, keep: Option<u32>, acks: &Acks, ctx: &str) {
         let mut pending: HashMap<String, HashMap<String, Vec<u8>>> = HashMap::new();
         let touched = acks.begins.iter().chain(&acks.finishes);
         for (task, seq) in touched {
             let finished = self.calls[&(task.clone(), *seq)];
-            check_call(store, &mut pending, task, *seq, finished, ctx);
+            let floor = self.floor(task, keep);
+            check_call(store, &mut pending, task, *seq, finished, floor, ctx);
         }
     }
 
@@ -744,17 +753,25 @@ impl Oracle {
         }
         let mut pending = HashMap::new();
         for ((task, seq), finished) in &self.calls {
-            check_call(&store, &mut pending, task, *seq, *finished, ctx);
+            let floor = self.floor(task, None);
+            check_call(&store, &mut pending, task, *seq, *finished, floor, ctx);
         }
     }
 }
 
+/// Checks the call of `seq`, begun (and `finished`, if so) with an ack. The call of seq
+/// `s` finishes before checkpoint `s`, so once the child's retention dropped the
+/// checkpoints below `floor`, the oldest retained is at least `floor` and compaction may
+/// have pruned every finished call of a seq up to it (DESIGN.md §7.4): such a call may
+/// be gone whole, neither finished nor pending.
+#[allow(clippy::too_many_arguments)]
 fn check_call(
     store: &Store<Chain>,
     pending: &mut HashMap<String, HashMap<String, Vec<u8>>>,
     task: &str,
     seq: u64,
     finished: bool,
+    floor: u64,
     ctx: &str,
 ) {
     let id = call_id(seq);
@@ -768,10 +785,6 @@ fn check_call(
         );
         return;
     }
-    assert!(
-        !finished,
-        "{ctx}: LOST CALL RESULT: {task} {id} finished but has no result"
-    );
     let pending = pending.entry(task.to_string()).or_insert_with(|| {
         store
             .pending_calls(task)
@@ -785,9 +798,14 @@ fn check_call(
     });
     match pending.get(&id) {
         Some(args) => assert!(
-            *args == call_args(task, seq),
-            "{ctx}: WRONG ARGS of pending call {id} of {task}"
+            !finished && *args == call_args(task, seq),
+            "{ctx}: LOST CALL RESULT or WRONG ARGS of pending call {id} of {task}"
         ),
+        // Pruned whole (an unacked finish may have landed too).
+        None if seq <= floor => {}
+        None if finished => {
+            panic!("{ctx}: LOST CALL RESULT: {task} {id} finished but has no result")
+        }
         None => {
             panic!("{ctx}: LOST CALL: {task} {id} begun (acked) but neither pending nor finished")
         }

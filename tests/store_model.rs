@@ -13,8 +13,8 @@
 //! always in the newest segment, so that cut must lose exactly the last record: the model
 //! rolls back to its state before that record, and the recovery report must count the
 //! surviving records and the torn bytes exactly. `Compact` forces a compaction pass, which
-//! must change no answer and leaves every earlier record durable (no later cut may lose
-//! one); the model tracks which task incarnation each record belongs to, so record counts
+//! must change no answer but the journal's retention (below) and leaves every earlier
+//! record durable (no later cut may lose one); the model tracks which task incarnation each record belongs to, so record counts
 //! stay exact across compactions too (background compaction is off, as its timing would
 //! make them unknowable). Every reopen, compaction and read-only view is
 //! followed by a sweep comparing every task, seq and call with the model.
@@ -28,9 +28,14 @@
 //! checkpoints before the fold base (the snapshot) of its oldest retained seq; what the
 //! model knows of the log (which incarnation and seq each record holds, and which
 //! checkpoints are snapshots, as the store reported when writing them) tells which
-//! records survive, so record counts stay exact. The active segment keeps its records,
-//! so a reopened store can hold a task's history from a delta in the middle of a chain
-//! ("headless"); a larger `keep` then still serves only from its first snapshot on. As
+//! records survive, so record counts stay exact. With `keep` set, a pass also prunes each
+//! finished call whose finish record lies before its task's oldest retained checkpoint:
+//! from then on its result is `None`, it is listed nowhere, and writes of its id are
+//! `InvalidArgument`. Its two records leave the log, and its id is free again, once both
+//! are sealed and share one segment (the model reads which segment holds each record
+//! before every pass); a reopen serves the calls still on disk again. The active segment
+//! keeps its records, so a reopened store can hold a task's history from a delta in the
+//! middle of a chain ("headless"); a larger `keep` then still serves only from its first snapshot on. As
 //! long as no compaction ran with a smaller `keep`, the model also checks the plain
 //! promise (exactly the last `keep`) independently of that bookkeeping. `max_age` depends
 //! on the clock, so a plain test covers it instead.
@@ -191,7 +196,7 @@ enum Op {
         cut: Option<Cut>,
         keep: Option<Keep>,
     },
-    /// A forced compaction pass: no answer may change.
+    /// A forced compaction pass: no answer may change, but for the calls retention prunes.
     Compact,
     /// Opens a read-only handle next to the writer (with the writer's retention, or with
     /// `keep`), sweeps it, and checks it refuses writes.
@@ -257,6 +262,9 @@ struct CallModel {
     tool: String,
     args: Vec<u8>,
     result: Option<Vec<u8>>,
+    /// Pruned by a compaction pass: finished before its task's oldest retained checkpoint
+    /// (and still on disk: once its records go, the call goes from the model too).
+    pruned: bool,
 }
 
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -322,7 +330,7 @@ impl TaskModel {
 }
 
 /// One record of the log, as the model sees it.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 enum Rec {
     /// Checkpoint `seq` of a task incarnation.
     Checkpoint {
@@ -332,6 +340,8 @@ enum Rec {
     /// A tool call's begin or finish record.
     Call {
         incarnation: u64,
+        call: String,
+        finish: bool,
     },
     Delete,
 }
@@ -373,27 +383,88 @@ impl Model {
         t
     }
 
-    /// Appends the record of a write to `task` (`None`: a deletion): a checkpoint if
-    /// `checkpoint`, else a tool-call record.
-    fn wrote(&mut self, task: Option<&str>, checkpoint: bool) {
+    /// Appends the record of a write to `task` (`None`: a deletion): its latest checkpoint.
+    fn wrote(&mut self, task: Option<&str>) {
         self.log.push(match task.map(|t| &self.tasks[t]) {
             None => Rec::Delete,
-            Some(t) if checkpoint => Rec::Checkpoint {
+            Some(t) => Rec::Checkpoint {
                 incarnation: t.incarnation,
                 seq: t.latest(),
-            },
-            Some(t) => Rec::Call {
-                incarnation: t.incarnation,
             },
         });
     }
 
-    /// What a forced compaction leaves: of the records before the active segment's
-    /// `in_active`, only the live ones (tool calls of tasks that still exist, checkpoints
-    /// from their task's fold base of the oldest retained seq on); the active segment's
-    /// all. The writer's index forgets the checkpoints before those fold bases.
-    fn compact(&mut self, in_active: usize) {
+    /// Appends the begin (or, if `finish`, the finish) record of `call` of `task`.
+    fn wrote_call(&mut self, task: &str, call: &str, finish: bool) {
+        self.log.push(Rec::Call {
+            incarnation: self.tasks[task].incarnation,
+            call: call.into(),
+            finish,
+        });
+    }
+
+    /// Where `rec` is in the log (it must be there).
+    fn position(&self, rec: &Rec) -> usize {
+        let found = self.log.iter().position(|r| r == rec);
+        found.unwrap_or_else(|| panic!("{rec:?} is not in the log"))
+    }
+
+    /// What a forced compaction leaves, given how many records each segment holds
+    /// (oldest first; the last is the active one): of the sealed segments' records, only
+    /// the live ones (checkpoints from their task's fold base of the oldest retained seq
+    /// on, tool calls of tasks that still exist but those retention pruned whose two
+    /// records share a segment); the active segment's all. The writer's index forgets
+    /// the checkpoints before those fold bases, and prunes the calls that finished before
+    /// their task's oldest retained checkpoint (with `keep` set).
+    fn compact(&mut self, segments: &[usize]) {
+        assert_eq!(
+            segments.iter().sum::<usize>(),
+            self.log.len(),
+            "{segments:?}"
+        );
         let keep = self.keep;
+        let segment_of: Vec<usize> = (segments.iter().enumerate())
+            .flat_map(|(id, &n)| std::iter::repeat_n(id, n))
+            .collect();
+        let sealed = self.log.len() - segments.last().copied().unwrap_or(0);
+        let mut dropped = Vec::new();
+        if keep.is_some() {
+            let mut pruned = Vec::new();
+            for t in self.tasks.values() {
+                let retained = t.retained_from(keep);
+                if retained == 0 {
+                    continue;
+                }
+                let horizon = self.position(&Rec::Checkpoint {
+                    incarnation: t.incarnation,
+                    seq: retained,
+                });
+                for (i, c) in t.calls.iter().enumerate() {
+                    let rec = |finish| Rec::Call {
+                        incarnation: t.incarnation,
+                        call: c.id.clone(),
+                        finish,
+                    };
+                    if c.result.is_none() {
+                        continue;
+                    }
+                    let (begin, finish) = (self.position(&rec(false)), self.position(&rec(true)));
+                    if finish < horizon {
+                        pruned.push((t.incarnation, i));
+                        if finish < sealed && segment_of[begin] == segment_of[finish] {
+                            dropped.push((t.incarnation, c.id.clone()));
+                        }
+                    }
+                }
+            }
+            for t in self.tasks.values_mut() {
+                for &(_, i) in pruned.iter().filter(|(inc, _)| *inc == t.incarnation) {
+                    t.calls[i].pruned = true;
+                }
+                let inc = t.incarnation;
+                t.calls.retain(|c| !dropped.contains(&(inc, c.id.clone())));
+            }
+        }
         let needed: BTreeMap<u64, u64> = self
             .tasks
             .values_mut()
@@ -403,15 +474,18 @@ impl Model {
                 (t.incarnation, needed)
             })
             .collect();
-        let live = |r: &Rec| match *r {
+        let live = |r: &&Rec| match r {
             Rec::Checkpoint { incarnation, seq } => {
-                needed.get(&incarnation).is_some_and(|&n| seq >= n)
+                needed.get(incarnation).is_some_and(|n| seq >= n)
             }
-            Rec::Call { incarnation } => needed.contains_key(&incarnation),
+            Rec::Call {
+                incarnation, call, ..
+            } => {
+                needed.contains_key(incarnation) && !dropped.contains(&(*incarnation, call.clone()))
+            }
             Rec::Delete => false,
         };
-        let sealed = self.log.len() - in_active;
-        let mut log: Vec<Rec> = self.log[..sealed].iter().copied().filter(live).collect();
+        let mut log: Vec<Rec> = self.log[..sealed].iter().filter(live).cloned().collect();
         log.extend_from_slice(&self.log[sealed..]);
         self.log = log;
         self.compacted_keep = match (self.compacted_keep, keep) {
@@ -421,11 +495,12 @@ impl Model {
     }
 
     /// The model of a store opened on this log with `keep_checkpoints` = `keep`: its
-    /// index holds every checkpoint the log still holds.
+    /// index holds every checkpoint and call the log still holds, none pruned.
     fn reopened(&self, keep: Option<u32>) -> Model {
         let mut m = self.clone();
         m.keep = keep;
         for t in m.tasks.values_mut() {
+            t.calls.iter_mut().for_each(|c| c.pruned = false);
             t.indexed_from = self
                 .log
                 .iter()
@@ -498,7 +573,7 @@ impl Model {
             "generated state of {bytes} bytes is too big"
         );
         t.states.push(state);
-        self.wrote(Some(task), true);
+        self.wrote(Some(task));
         Ok(latest + 1)
     }
 
@@ -552,7 +627,7 @@ impl Model {
         let t = self.task_mut(new_task);
         t.states.push(state);
         t.origin = Some((task.into(), seq));
-        self.wrote(Some(new_task), true);
+        self.wrote(Some(new_task));
         Ok(1)
     }
 
@@ -560,7 +635,7 @@ impl Model {
         if self.tasks.remove(task).is_none() {
             return Err(Fail::UnknownTask(task.into()));
         }
-        self.wrote(None, false);
+        self.wrote(None);
         Ok(())
     }
 
@@ -576,13 +651,15 @@ impl Model {
                 Err(Fail::InvalidArgument)
             };
         }
+        // A pruned call is finished: refused above, its id taken until its records go.
         self.task_mut(task).calls.push(CallModel {
             id: call.into(),
             tool: tool.into(),
             args: args.to_vec(),
             result: None,
+            pruned: false,
         });
-        self.wrote(Some(task), false);
+        self.wrote_call(task, call, false);
         Ok(())
     }
 
@@ -593,12 +670,15 @@ impl Model {
         let Some(c) = t.calls.iter_mut().find(|c| c.id == call) else {
             return Err(Fail::InvalidArgument);
         };
+        if c.pruned {
+            return Err(Fail::InvalidArgument);
+        }
         match &c.result {
             Some(r) if r == result => Ok(()),
             Some(_) => Err(Fail::InvalidArgument),
             None => {
                 c.result = Some(result.to_vec());
-                self.wrote(Some(task), false);
+                self.wrote_call(task, call, true);
                 Ok(())
             }
         }
@@ -607,7 +687,7 @@ impl Model {
     fn call_result(&self, task: &str, call: &str) -> Option<Vec<u8>> {
         self.tasks
             .get(task)
-            .and_then(|t| t.calls.iter().find(|c| c.id == call))
+            .and_then(|t| t.calls.iter().find(|c| c.id == call && !c.pruned))
             .and_then(|c| c.result.clone())
     }
 
@@ -848,12 +928,13 @@ impl Harness {
                 return;
             }
             Op::Compact => {
-                // Compaction never touches the active (newest) segment.
-                let in_active = records_in(&newest_segment(self.dir.path())).len();
+                // Compaction never touches the active (newest) segment, and drops a pruned
+                // call only with both its records, which needs them in one segment.
+                let segments = records_per_segment(self.dir.path());
                 if let Err(e) = store.compact() {
                     panic!("{ctx}: compact failed: {e}");
                 }
-                self.model.compact(in_active);
+                self.model.compact(&segments);
                 // A pass makes every record before it durable (else a crash could undo a
                 // deletion whose task's older records it dropped): no cut may lose them.
                 self.undo = None;
@@ -1112,7 +1193,7 @@ fn check_task_infos(store: &Store, model: &Model, ctx: &str) {
                 t.latest(),
                 retained.clone().count() as u64,
                 indexed.filter(|&s| t.is_snapshot(s)).count() as u64,
-                t.calls.len() as u64,
+                t.calls.iter().filter(|c| !c.pruned).count() as u64,
                 // Where a task came from is its seq 1's to say, while that is retained.
                 t.origin.clone().filter(|_| retained.contains(&1)),
             )
@@ -1132,11 +1213,36 @@ fn check_task_infos(store: &Store, model: &Model, ctx: &str) {
                 tool: c.tool,
                 args: c.args,
                 result: c.result,
+                pruned: false,
             })
             .collect();
-        let want = model.tasks.get(task).map_or(&[][..], |t| &t.calls[..]);
+        let want: Vec<CallModel> = model.tasks.get(task).map_or_else(Vec::new, |t| {
+            t.calls.iter().filter(|c| !c.pruned).cloned().collect()
+        });
         assert_eq!(got, want, "{ctx}: calls({task:?})");
     }
+}
+
+/// How many records (seals left out) each segment file of `dir` holds, oldest first.
+fn records_per_segment(dir: &Path) -> Vec<usize> {
+    let mut segments: Vec<(u64, std::path::PathBuf)> = std::fs::read_dir(dir)
+        .expect("read store dir")
+        .filter_map(|e| {
+            let e = e.ok()?;
+            let id = agentwal::log::parse_segment_file_name(&e.file_name().to_string_lossy())?;
+            Some((id, e.path()))
+        })
+        .collect();
+    segments.sort_unstable();
+    (segments.iter())
+        .map(|(_, path)| {
+            let records = records_in(path);
+            records
+                .iter()
+                .filter(|(_, _, kind)| *kind != KIND_SEAL)
+                .count()
+        })
+        .collect()
 }
 
 /// The records of a segment file: (offset, end, kind) of each, in order.
@@ -1345,6 +1451,10 @@ fn retention_op() -> impl Strategy<Value = Op> {
         1 => fork_target().prop_map(|task| Op::Delete { task }),
         1 => (task(), select(&CALLS[..]), select(&BLOBS[..]))
             .prop_map(|(task, call, args)| Op::BeginCall { task, call, tool: "search", args }),
+        // Finished calls for retention to prune, often split across segments by the large
+        // blobs.
+        1 => (task(), select(&CALLS[..]), select(&BLOBS[..]))
+            .prop_map(|(task, call, result)| Op::FinishCall { task, call, result }),
         1 => Just(Op::Stats),
         3 => Just(Op::Compact),
         3 => (

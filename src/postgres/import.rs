@@ -66,13 +66,14 @@ impl<S: State> PgStore<S> {
     /// Copies task `task` of the local store `local` into this database, in one
     /// transaction: its retained checkpoints (under `local`'s retention) with their seqs,
     /// times, schema versions and bodies byte for byte, its fork origin (while its seq 1
-    /// is retained), and its whole tool-call journal (arguments, results, pending calls
-    /// still pending, in the order they began). If the first retained checkpoint is a delta
-    /// after seq 1, its state is folded locally and written as a snapshot instead (see
-    /// [`Imported::Copied::snapshot_at`]). The task must not exist here
-    /// ([`Error::TaskExists`] otherwise, with nothing written); a live lease on it is
-    /// [`Error::Fenced`]. The snapshot counters are set as if the task had been committed
-    /// here, so the snapshot policy carries on where it was.
+    /// is retained), and its tool-call journal as [`Store::calls`](crate::Store::calls)
+    /// lists it (arguments, results, pending calls still pending, in the order they began;
+    /// calls `local`'s compaction pruned under retention are left out). If the first
+    /// retained checkpoint is a delta after seq 1, its state is folded locally and written
+    /// as a snapshot instead (see [`Imported::Copied::snapshot_at`]). The task must not
+    /// exist here ([`Error::TaskExists`] otherwise, with nothing written); a live lease on
+    /// it is [`Error::Fenced`]. The snapshot counters are set as if the task had been
+    /// committed here, so the snapshot policy carries on where it was.
     pub fn import_task(&self, local: &Store<S>, task: &str) -> Result<Imported> {
         validate_id("task id", task, TASK_ID_BYTES_MAX)?;
         self.shared.writable()?;

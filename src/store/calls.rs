@@ -13,13 +13,15 @@ impl<S: State> Store<S> {
     /// Durably records that `call_id` of `tool` with `args` is about to run (call it
     /// before the tool's side effect). Beginning the same call again with the same tool
     /// and args is a no-op (an agent resuming after a crash); with different ones, or
-    /// after it finished, it is an error.
+    /// after it finished (also once retention pruned it, see
+    /// [`call_result`](Self::call_result)), it is an error.
     pub fn begin_call(&self, task: &str, call_id: &str, tool: &str, args: &[u8]) -> Result<()> {
         self.check_begin_call(task, call_id, tool)?;
         self.with_task_lock(task, |slot| {
             {
                 let _reading = self.inner.relocation.read();
-                let existing = slot.data.read().calls.get(call_id).copied();
+                // Pruned calls count: their id stays taken while their records are on disk.
+                let existing = slot.data.read().calls.entry(call_id).copied();
                 if let Some(call) = existing {
                     return self.check_same_begin(task, call_id, tool, args, call);
                 }
@@ -43,6 +45,9 @@ impl<S: State> Store<S> {
         args: &[u8],
         call: CallEntry,
     ) -> Result<()> {
+        if call.pruned {
+            return Err(pruned(task, call_id));
+        }
         if call.finish.is_some() {
             return Err(Error::InvalidArgument(format!(
                 "call {call_id:?} of task {task:?} already finished; read it with call_result"
@@ -61,16 +66,21 @@ impl<S: State> Store<S> {
     }
 
     /// Durably records the result of a begun call. Finishing an unknown call, or finishing
-    /// again with a different result, is an error; the same result again is a no-op.
+    /// again with a different result, is an error; the same result again is a no-op
+    /// (an error too once retention pruned the call, see [`call_result`](Self::call_result)).
     pub fn finish_call(&self, task: &str, call_id: &str, result: &[u8]) -> Result<()> {
         self.check_finish_call(task, call_id)?;
         self.with_task_lock(task, |slot| {
             let finished = {
                 let _reading = self.inner.relocation.read();
-                let call = slot.data.read().calls.get(call_id).copied();
+                let call = slot.data.read().calls.entry(call_id).copied();
                 let Some(call) = call else {
                     return Err(never_begun(task, call_id));
                 };
+                // Its result is not read again: its records may be gone already.
+                if call.pruned {
+                    return Err(pruned(task, call_id));
+                }
                 call.finish
                     .map(|done| self.read_result(task, call_id, done))
                     .transpose()?
@@ -94,6 +104,15 @@ impl<S: State> Store<S> {
     }
 
     /// The recorded result of a finished call (`None` if unknown or still pending).
+    ///
+    /// With retention configured (`keep_checkpoints` or `max_age`), a call that finished
+    /// before its task's oldest retained checkpoint is no longer kept: from the first
+    /// compaction pass after that (a pass prunes the index as it starts, as it does
+    /// checkpoints), this returns `None` for it, `calls` and `task_infos` leave it out, and
+    /// `begin_call` and `finish_call` of its id fail with `InvalidArgument`. Once the
+    /// pass that drops its records from disk has installed (often the same one), the id
+    /// is free again. A store reopened before that serves the call again until its next
+    /// pass. Pending calls are kept whatever their age. DESIGN.md §7.4.
     pub fn call_result(&self, task: &str, call_id: &str) -> Result<Option<Vec<u8>>> {
         validate_id("task id", task, TASK_ID_BYTES_MAX)?;
         validate_id("call id", call_id, CALL_ID_BYTES_MAX)?;
@@ -188,6 +207,14 @@ impl<S: State> Store<S> {
             })
         })
     }
+}
+
+/// The error for beginning or finishing again a call retention no longer keeps.
+fn pruned(task: &str, call_id: &str) -> Error {
+    Error::InvalidArgument(format!(
+        "call {call_id:?} of task {task:?} finished before the task's oldest retained \
+         checkpoint and its result is no longer kept; a new call needs a new id"
+    ))
 }
 
 /// The error for finishing a call that was never begun.

@@ -3,9 +3,13 @@
 //! choice of segments and the crash-safe order of the file steps) moves.
 //!
 //! Live: each task's records from the fold base of its oldest retained checkpoint to its
-//! latest, and the tool-call records of live tasks. Dead: everything else (checkpoints
-//! retention dropped, deleted tasks, deletion records once their task's older records
-//! are gone, which compaction of a whole prefix guarantees).
+//! latest, and the tool-call records of live tasks that retention keeps (pending calls,
+//! and with retention configured, calls finished at or after the task's oldest retained
+//! checkpoint; DESIGN.md §7.4). Dead: everything else (checkpoints retention dropped,
+//! pruned calls, deleted tasks, deletion records once their task's older records are
+//! gone, which compaction of a whole prefix guarantees). A pruned call's two records
+//! leave the log together or not at all ([`CallEntry::records_stay`]), and its index
+//! entry goes only once they have (`remap`).
 
 use std::collections::HashMap;
 use std::ops::ControlFlow;
@@ -14,7 +18,7 @@ use std::sync::Weak;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use super::index::Index;
+use super::index::{CallEntry, Index};
 use super::{CompactionReport, Inner, Store, now_ms};
 use crate::background::Periodic;
 use crate::error::Result;
@@ -62,16 +66,23 @@ impl CompactionHooks for Inner {
 fn collect_live(inner: &Inner, sealed: &dyn Fn(RecordPos) -> bool) -> (Vec<RecordPos>, u64) {
     let o = &inner.options;
     let (keep, max_age_ms) = (o.keep_checkpoints, o.max_age.map(|d| d.as_millis() as u64));
+    // Without retention every checkpoint is kept from the first, and so is every call: the
+    // rule could still drop calls finished before a task's first checkpoint, but a store
+    // told to keep everything keeps everything (DESIGN.md §7.4).
+    let prune_calls = keep.is_some() || max_age_ms.is_some();
     let now = now_ms();
     let (mut positions, mut bytes) = (Vec::new(), 0);
     inner.index.for_each_mut(|_, data| {
         let retained = data.retained_from(keep, max_age_ms, now);
+        if prune_calls {
+            data.prune_calls(retained);
+        }
         data.prune_before(data.needed_from(retained));
         for cp in data.checkpoints.iter().filter(|c| sealed(c.pos)) {
             positions.push(cp.pos);
             bytes += u64::from(cp.bytes);
         }
-        for call in data.calls.values() {
+        for call in data.calls.all().filter(|c| c.records_stay()) {
             let records = std::iter::once(call.begin).chain(call.finish);
             positions.extend(records.filter(|p| sealed(*p)));
         }
@@ -106,28 +117,44 @@ pub(crate) fn run_pass(inner: &Inner, force: bool) -> Result<CompactionReport> {
 }
 
 /// An index entry for which `vanishes` holds that compaction did not copy, if any.
+///
+/// A pruned call may vanish, but only whole: both its records at once. Such calls are
+/// marked `leaving`, and every other call's mark is cleared, so that the marks describe
+/// this check's `vanishes` alone: the pass's `remap`, which follows the check of the
+/// segments it replaces in the same hold of the positions lock, forgets exactly them.
 fn unmoved_entry(
     index: &Index,
     map: &HashMap<RecordPos, RecordPos>,
     vanishes: &dyn Fn(RecordPos) -> bool,
 ) -> Option<RecordPos> {
+    let gone = |pos: RecordPos| vanishes(pos) && !map.contains_key(&pos);
     let mut missing = None;
-    let mut check = |pos: RecordPos| {
-        if vanishes(pos) && !map.contains_key(&pos) {
-            missing.get_or_insert(pos);
+    index.for_each_mut(|_, data| {
+        for c in data.checkpoints.iter().filter(|c| gone(c.pos)) {
+            missing.get_or_insert(c.pos);
         }
-    };
-    index.for_each(|_, data| {
-        data.checkpoints.iter().for_each(|c| check(c.pos));
-        for call in data.calls.values() {
-            check(call.begin);
-            call.finish.into_iter().for_each(&mut check);
+        for call in data.calls.all_mut() {
+            call.leaving = call.pruned && gone(call.begin) && call.finish.is_some_and(gone);
+            if !call.leaving
+                && let Some(pos) = unmoved_record(call, &gone)
+            {
+                missing.get_or_insert(pos);
+            }
         }
     });
     missing
 }
 
-/// Points index entries at the records' new positions (`unmoved_entry` found none missing).
+/// A record of `call` that vanishes uncopied, if any.
+fn unmoved_record(call: &CallEntry, gone: &dyn Fn(RecordPos) -> bool) -> Option<RecordPos> {
+    std::iter::once(call.begin)
+        .chain(call.finish)
+        .find(|p| gone(*p))
+}
+
+/// Points index entries at the records' new positions (`unmoved_entry` found none missing),
+/// and forgets the pruned calls whose records the installed segment dropped (`leaving`):
+/// from now on their ids are free, as they are for a store reopened on the new log.
 fn remap(index: &Index, map: &HashMap<RecordPos, RecordPos>) {
     let relocate = |pos: &mut RecordPos| {
         if let Some(new) = map.get(pos) {
@@ -139,12 +166,13 @@ fn remap(index: &Index, map: &HashMap<RecordPos, RecordPos>) {
             relocate(&mut pos);
             pos
         });
-        for call in data.calls.values_mut() {
+        for call in data.calls.all_mut() {
             relocate(&mut call.begin);
             if let Some(f) = call.finish.as_mut() {
                 relocate(f);
             }
         }
+        data.calls.forget_leaving();
     });
 }
 

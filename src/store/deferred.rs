@@ -124,8 +124,9 @@ impl<S: State> Store<S> {
             created_at_ms: now_ms(),
             args,
         };
-        // A call begun before is compared with the one on disk: the blocking path.
-        if gate.slot().data.read().calls.get(rec.call_id).is_some() {
+        // A call begun before (or pruned, its id still taken) is compared with the one on
+        // disk or refused: the blocking path.
+        if gate.slot().data.read().calls.entry(rec.call_id).is_some() {
             return self.defer_to_blocking(task, gate, reply);
         }
         self.queue_call(
@@ -151,10 +152,11 @@ impl<S: State> Store<S> {
             created_at_ms: now_ms(),
             result,
         };
-        let call = gate.slot().data.read().calls.get(rec.call_id).copied();
+        let call = gate.slot().data.read().calls.entry(rec.call_id).copied();
         match call {
             None => self.refuse(task, gate, reply, never_begun(task, call_id)),
-            // A finished call is compared with the result on disk: the blocking path.
+            // A finished call is compared with the result on disk (or refused, if pruned):
+            // the blocking path.
             Some(call) if call.finish.is_some() => self.defer_to_blocking(task, gate, reply),
             Some(_) => {
                 let payload = codec::encode(&rec);

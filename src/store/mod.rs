@@ -183,6 +183,16 @@ impl<S: State> Store<S> {
     pub fn index_slots(&self) -> usize {
         self.inner.index.slot_count()
     }
+
+    /// How many tool-call entries the in-memory index holds over all tasks, those
+    /// retention pruned but compaction has not yet dropped included; exposed for tests of
+    /// the index's memory, not a stable API.
+    #[doc(hidden)]
+    pub fn index_call_entries(&self) -> usize {
+        let mut n = 0;
+        self.inner.index.for_each(|_, d| n += d.calls.all().count());
+        n
+    }
 }
 
 pub(crate) fn now_ms() -> u64 {

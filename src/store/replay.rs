@@ -136,20 +136,14 @@ pub(crate) fn apply(
         Decoded::CallBegin(b) => {
             let slot = index.get_or_create(b.task);
             let mut data = slot.data.write();
-            if data.calls.contains_key(b.call_id) {
+            if data.calls.entry(b.call_id).is_some() {
                 return Err(format!(
                     "task {:?}: call {:?} begun twice",
                     b.task, b.call_id
                 ));
             }
-            data.calls.insert(
-                b.call_id.into(),
-                CallEntry {
-                    begin: pos,
-                    finish: None,
-                    bytes: record_bytes,
-                },
-            );
+            data.calls
+                .insert(b.call_id.into(), CallEntry::begun(pos, record_bytes));
             Ok(())
         }
         Decoded::CallFinish(f) => {
@@ -157,7 +151,7 @@ pub(crate) fn apply(
                 .get(f.task)
                 .ok_or_else(|| format!("result for unknown task {:?}", f.task))?;
             let mut data = slot.data.write();
-            match data.calls.get_mut(f.call_id) {
+            match data.calls.entry_mut(f.call_id) {
                 Some(call) if call.finish.is_none() => {
                     call.finish = Some(pos);
                     call.bytes += record_bytes;

@@ -260,7 +260,12 @@ fn fold(deltas: &[&Vec<u8>]) -> Tally {
 /// Judges recovered contents against the events, for a crash before operation `n`:
 /// every acknowledged commit, call record and deletion is there, nothing that had not
 /// started is, and each task's states are folds of a prefix of its attempted commits.
+/// A finished call may be missing whole if a compaction may have pruned it (see
+/// `may_be_pruned`).
 pub fn check(got: &Contents, events: &[Event], n: u64) -> Result<(), String> {
+    let compactions: Vec<&Event> = (events.iter())
+        .filter(|e| matches!(e.step, Step::Compact) && e.started(n))
+        .collect();
     let mut by_task: BTreeMap<&str, Vec<&Event>> = BTreeMap::new();
     for e in events.iter().filter(|e| e.started(n)) {
         if let Some(task) = e.step.task() {
@@ -275,12 +280,18 @@ pub fn check(got: &Contents, events: &[Event], n: u64) -> Result<(), String> {
         return Err(format!("tasks nobody created: {unknown:?}"));
     }
     for (task, evs) in &by_task {
-        check_task(evs, got.get(*task), n).map_err(|why| format!("task {task}: {why}"))?;
+        check_task(evs, got.get(*task), n, &compactions)
+            .map_err(|why| format!("task {task}: {why}"))?;
     }
     Ok(())
 }
 
-fn check_task(evs: &[&Event], got: Option<&TaskContents>, n: u64) -> Result<(), String> {
+fn check_task(
+    evs: &[&Event],
+    got: Option<&TaskContents>,
+    n: u64,
+    compactions: &[&Event],
+) -> Result<(), String> {
     let delete = evs.iter().find(|e| matches!(e.step, Step::Delete(_)));
     let commits: Vec<_> = evs
         .iter()
@@ -362,11 +373,39 @@ fn check_task(evs: &[&Event], got: Option<&TaskContents>, n: u64) -> Result<(), 
         }
     }
     for (call, (_, acked)) in &begun {
-        if *acked && !seen.contains(call) {
+        if *acked && !seen.contains(call) && !may_be_pruned(evs, call, n, compactions) {
             return Err(format!("acknowledged call {call} is missing"));
         }
     }
     Ok(())
+}
+
+/// Whether retention may have pruned `call` of the task whose events are `evs`, and a
+/// compaction dropped it, before a crash at operation `n` (DESIGN.md §7.4): it finished,
+/// and a compaction ran after the task's oldest retained checkpoint (`max(1, latest -
+/// keep + 1)`: the handle never reopens, so no history is headless) was committed after
+/// the finish. That takes `keep` commits after the finish, or one if no commit came
+/// before it.
+fn may_be_pruned(evs: &[&Event], call: &str, n: u64, compactions: &[&Event]) -> bool {
+    let Some(keep) = options().keep_checkpoints else {
+        return false;
+    };
+    let is_commit = |e: &&&Event| matches!(e.step, Step::Commit(..));
+    let finish = evs
+        .iter()
+        .position(|e| matches!(&e.step, Step::Finish(_, c, _) if c == call));
+    let Some(finish) = finish.filter(|&i| evs[i].started(n)) else {
+        return false;
+    };
+    let committed_before = evs[..finish]
+        .iter()
+        .filter(is_commit)
+        .any(|e| e.outcome.is_ok());
+    let needed = if committed_before { keep as usize } else { 1 };
+    let Some(horizon) = evs[finish + 1..].iter().filter(is_commit).nth(needed - 1) else {
+        return false;
+    };
+    (compactions.iter()).any(|c| horizon.started(n) && horizon.start < c.end)
 }
 
 /// Every load that succeeded returned the fold of the task's commits acknowledged before

@@ -160,12 +160,23 @@ impl TaskData {
         }
     }
 
+    /// Prunes the finished tool calls retention no longer keeps: those whose finish record
+    /// lies before the record of checkpoint `retained_from`, the oldest retained (no
+    /// retained checkpoint can resume from before them). Pending calls stay. Nothing is
+    /// pruned from a task without that checkpoint (none at all: only calls).
+    /// DESIGN.md §7.4.
+    pub fn prune_calls(&mut self, retained_from: u64) {
+        if let Some(oldest) = self.checkpoint(retained_from) {
+            self.calls.prune_finished_before(oldest.pos);
+        }
+    }
+
     /// The time of the latest checkpoint (0 if none).
     pub fn latest_created_at_ms(&self) -> u64 {
         self.checkpoints.last().map_or(0, |c| c.created_at_ms)
     }
 
-    /// Bytes of live records (checkpoints and calls) this task holds.
+    /// Bytes of live records (checkpoints, and calls retention keeps) this task holds.
     pub fn live_bytes(&self) -> u64 {
         let checkpoints = self.checkpoints.as_slice().iter();
         let checkpoints: u64 = checkpoints.map(|c| u64::from(c.bytes())).sum();
