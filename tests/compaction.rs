@@ -306,7 +306,8 @@ fn bounded_record_bytes() -> (u64, u64, u64) {
 /// 64 KiB segments, `SyncMode::Never`, and the store's own background compaction.
 ///
 /// The bound `B`, after forced passes: per task, what stays live, plus two segments (the
-/// active one, preallocated, and slack for its records).
+/// active one, preallocated, and slack for its records), plus the retired segment files
+/// waiting to be recycled (at most `RECYCLE_FILES_MAX` segments, DESIGN.md §2.6).
 /// - Checkpoints: the 8 retained, and the snapshot they fold from with the deltas since.
 ///   The size rule writes a snapshot once the deltas since the last pass
 ///   `SNAPSHOT_DELTA_BYTES_FLOOR` (these states stay far below half of it), so at most
@@ -317,7 +318,7 @@ fn bounded_record_bytes() -> (u64, u64, u64) {
 ///   the compacted segment until its finish, in the active segment, is compacted too).
 ///
 /// Record sizes are measured on a scratch store (`bounded_record_bytes`): `B` is about
-/// 0.7 MB. Without pruning every call stays, 100,000 begin-and-finish pairs of 124 bytes:
+/// 1 MB. Without pruning every call stays, 100,000 begin-and-finish pairs of 124 bytes:
 /// 12.5 MB. The writers pause at each quarter of the run for two forced passes, and the
 /// disk must then be within `B`, as at the end (without pruning it is 3 MB at the first).
 ///
@@ -349,8 +350,9 @@ fn bounded_disk_after_100k_steps_with_tool_calls_over_100_tasks() {
     let deltas_per_snapshot = agentwal::SNAPSHOT_DELTA_BYTES_FLOOR / delta + 1;
     let checkpoints_per_task = KEEP + 1 + deltas_per_snapshot;
     let calls_per_task = KEEP;
+    let recycled = agentwal::log::RECYCLE_FILES_MAX as u64;
     let bound = TASKS * (checkpoints_per_task * snapshot.max(delta) + calls_per_task * pair)
-        + 2 * segment_bytes;
+        + (2 + recycled) * segment_bytes;
     let store: Store = Store::open_with(dir.path(), opts).unwrap();
     // Both compacted twice: a pruned call whose records a rotation split is copied whole
     // by the first pass, and dropped by the second (its records then share a segment).

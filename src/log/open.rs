@@ -56,7 +56,11 @@ impl Log {
         let scan = recovery::scan(fs, &dir, options.recovery, true, &mut visit)?;
         log_recovery(&dir, &scan.report, started);
         remove_superseded_files(fs, &dir, &scan.superseded, options.segment_bytes)?;
-        recycle::drain(fs, &dir, true)?;
+        recycle::drain(
+            fs,
+            &dir,
+            Some(recycle::reusable_bytes(options.segment_bytes)),
+        )?;
         let salts = Arc::new(salt_source(fs, &dir, &scan)?);
         let start = writer_start(&storage, &dir, &scan, options.segment_bytes, salts)?;
         let writer = Writer::new(start, options.sync);
@@ -192,7 +196,7 @@ fn remove_superseded_files(
             .file_name()
             .and_then(|n| parse_segment_file_name(&n.to_string_lossy()))
             .unwrap_or_default();
-        recycle::retire(fs, dir, id, path, recycle_min_bytes(segment_bytes))?;
+        recycle::retire(fs, dir, id, path, recycle::reusable_bytes(segment_bytes))?;
     }
     if !superseded.is_empty() {
         sync_dir(fs, dir)?;
@@ -202,11 +206,6 @@ fn remove_superseded_files(
         );
     }
     Ok(())
-}
-
-/// The shortest retired file worth reusing: what a new segment would be preallocated to.
-pub(super) fn recycle_min_bytes(segment_bytes: u64) -> u64 {
-    PREALLOCATE_BYTES.min(segment_bytes)
 }
 
 /// Salts for new segments: above every salt on disk, in segments and in retired files,

@@ -6,6 +6,7 @@
 //! life's never has, so none of them validates again (§2.3). A v1 file's records carry
 //! no salt, and it is deleted as before.
 
+use std::ops::RangeInclusive;
 use std::path::{Path, PathBuf};
 
 use super::format::*;
@@ -94,20 +95,27 @@ pub(crate) fn take(
         .find(|f| f.salt.is_some() && (min_bytes..=max_bytes).contains(&f.file_bytes)))
 }
 
+/// The lengths of a file worth keeping for reuse in a log of `segment_bytes`: at least a
+/// new segment's first preallocation, at most a segment (a longer one, a compacted or
+/// oversized segment, would never be taken).
+pub(crate) fn reusable_bytes(segment_bytes: u64) -> RangeInclusive<u64> {
+    PREALLOCATE_BYTES.min(segment_bytes)..=segment_bytes
+}
+
 /// Retires segment file `path` (segment `id`): renamed to its `.free` name while fewer
-/// than [`RECYCLE_FILES_MAX`] files wait and it is a v2 file worth reusing (at least
-/// `min_bytes` long), deleted otherwise. The caller fsyncs the directory afterwards.
+/// than [`RECYCLE_FILES_MAX`] files wait and it is a v2 file whose length is in `sizes`,
+/// deleted otherwise. The caller fsyncs the directory afterwards.
 pub(crate) fn retire(
     fs: &dyn Storage,
     dir: &Path,
     id: u64,
     path: &Path,
-    min_bytes: u64,
+    sizes: RangeInclusive<u64>,
 ) -> Result<()> {
     let waiting = list(fs, dir)?.len();
     let reusable = waiting < RECYCLE_FILES_MAX && {
         let (salt, file_bytes) = read_salt(fs, path)?;
-        salt.is_some() && file_bytes >= min_bytes
+        salt.is_some() && sizes.contains(&file_bytes)
     };
     let done = match reusable {
         true => fs.rename(path, &dir.join(free_file_name(id))),
@@ -121,12 +129,20 @@ pub(crate) fn is_disk_full(e: &Error) -> bool {
     matches!(e, Error::Io { source, .. } if source.raw_os_error() == Some(libc::ENOSPC))
 }
 
-/// Deletes every retired file (to free their space on a full disk, or those that can
-/// never be reused), then fsyncs the directory. Returns how many went.
-pub(crate) fn drain(fs: &dyn Storage, dir: &Path, only_unusable: bool) -> Result<usize> {
+/// Deletes the retired files, then fsyncs the directory if any went; returns how many.
+/// With `keep` (at open), those that could be reused, v2 files with a length in it, stay;
+/// without, all go (their space is needed on a full disk).
+pub(crate) fn drain(
+    fs: &dyn Storage,
+    dir: &Path,
+    keep: Option<RangeInclusive<u64>>,
+) -> Result<usize> {
     let mut removed = 0;
     for free in list(fs, dir)? {
-        if only_unusable && free.salt.is_some() {
+        if let Some(keep) = &keep
+            && free.salt.is_some()
+            && keep.contains(&free.file_bytes)
+        {
             continue;
         }
         match fs.remove(&free.path) {
