@@ -376,7 +376,13 @@ class Store:
     def finish_call(self, task: str, call_id: str, result: bytes) -> None:
         """Durably records the result of a begun call (after the side effect)."""
     def call_result(self, task: str, call_id: str) -> Optional[bytes]:
-        """The recorded result of a finished call; ``None`` if unknown or still pending."""
+        """The recorded result of a finished call; ``None`` if unknown or still pending.
+
+        With retention configured (``keep_checkpoints``, ``max_age_ms``), a call that
+        finished before the task's oldest retained checkpoint is pruned by compaction and
+        then reads as ``None``: no retained checkpoint can resume before it (DESIGN.md §7.4).
+        Use call ids that a resumed step recomputes, never ids of calls older than the
+        checkpoint it resumes from."""
     def pending_calls(self, task: str) -> List[PendingCall]:
         """Calls of the task that began and never finished, in the order they began."""
     def once(
