@@ -2,6 +2,10 @@
 //! `tests/fixtures/v1-store/`, opens and reads back exactly (read-only, and for writing on a
 //! copy, which then takes new commits).
 //!
+//! Format v2 code keeps a v1 store working: its v1 segments stay v1 (the final one is
+//! appended to with v1, unsalted, records), every new segment is v2, and compaction,
+//! which rewrites the sealed segments, leaves only v2 segment files behind.
+//!
 //! The fixture was written by `write_v1_fixture` below (format version 1, at commit
 //! `c017e56`); regenerating it is only for a new format version, under a new name, so that
 //! every old fixture keeps being opened:
@@ -9,7 +13,16 @@
 
 use std::path::{Path, PathBuf};
 
-use agentwal::{AgentDelta, AgentState, Message, Options, State, Store, Value};
+use agentwal::log::record::{self, Salt};
+use agentwal::log::{
+    FORMAT_VERSION, FORMAT_VERSION_V1, KIND_SEAL, SEGMENT_HEADER_BYTES, SegmentHeader,
+    parse_free_file_name, parse_segment_file_name,
+};
+use agentwal::{
+    AgentDelta, AgentState, CallInfo, CheckpointInfo, Message, Options, PendingCall, State, Store,
+    Value,
+};
+use tempfile::TempDir;
 
 fn fixture() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/v1-store")
@@ -77,7 +90,12 @@ fn write_v1_fixture() {
 }
 
 fn check(store: &Store) {
-    assert_eq!(store.tasks().expect("tasks"), ["alpha", "beta", "fork"]);
+    check_with_tasks(store, &["alpha", "beta", "fork"]);
+}
+
+/// What `check` checks, with `tasks` the store's tasks (the fixture's and any added).
+fn check_with_tasks(store: &Store, tasks: &[&str]) {
+    assert_eq!(store.tasks().expect("tasks"), tasks);
     let alpha = store.load_latest("alpha").expect("load").expect("alpha");
     assert_eq!(alpha.seq, 30);
     assert_eq!(*alpha.state, expected("alpha", 1..=30));
@@ -133,4 +151,289 @@ fn a_store_written_by_format_version_1_takes_new_commits() {
     let store: Store = Store::open_with(dir.path(), options()).expect("reopen");
     let alpha = store.load_latest("alpha").expect("load").expect("alpha");
     assert_eq!((alpha.seq, &*alpha.state), (31, &expected("alpha", 1..=31)));
+}
+
+/// A copy of the fixture, to open for writing.
+fn fixture_copy() -> TempDir {
+    let dir = tempfile::tempdir().expect("tempdir");
+    for entry in std::fs::read_dir(fixture()).expect("fixture") {
+        let entry = entry.expect("entry");
+        std::fs::copy(entry.path(), dir.path().join(entry.file_name())).expect("copy");
+    }
+    dir
+}
+
+/// Each segment file of `dir` (by id): its header, and the version field as it lies on
+/// disk.
+fn segment_headers(dir: &Path) -> Vec<(u64, SegmentHeader, u32)> {
+    let mut out: Vec<(u64, SegmentHeader, u32)> = std::fs::read_dir(dir)
+        .expect("read dir")
+        .filter_map(|e| {
+            let e = e.ok()?;
+            let id = parse_segment_file_name(&e.file_name().to_string_lossy())?;
+            let bytes = std::fs::read(e.path()).expect("read segment");
+            let header = SegmentHeader::decode(&bytes, &e.path()).expect("header");
+            let version = u32::from_le_bytes(bytes[8..12].try_into().expect("4 bytes"));
+            Some((id, header, version))
+        })
+        .collect();
+    out.sort_by_key(|(id, _, _)| *id);
+    out
+}
+
+/// The record kinds of segment `path`, validated under its header's salt, to its first
+/// position that does not validate.
+fn record_kinds(path: &Path, salt: Salt) -> Vec<u8> {
+    let bytes = std::fs::read(path).expect("read segment");
+    let mut at = SEGMENT_HEADER_BYTES;
+    let mut kinds = Vec::new();
+    while let Ok((h, _)) = record::decode(&bytes[at..], salt) {
+        kinds.push(h.kind);
+        at += h.record_bytes() as usize;
+        if h.kind == KIND_SEAL {
+            break;
+        }
+    }
+    kinds
+}
+
+fn assert_v1(header: &SegmentHeader, version: u32, ctx: &str) {
+    assert_eq!(
+        (header.salt, header.version(), version),
+        (Salt::Unsalted, FORMAT_VERSION_V1, FORMAT_VERSION_V1),
+        "{ctx}: {header:?}"
+    );
+}
+
+fn assert_v2(header: &SegmentHeader, version: u32, ctx: &str) {
+    assert!(matches!(header.salt, Salt::Salted(_)), "{ctx}: {header:?}");
+    assert_eq!(
+        (header.version(), version),
+        (FORMAT_VERSION, 2),
+        "{ctx}: {header:?}"
+    );
+}
+
+/// Everything the store answers about its tasks: per task, its listed checkpoints,
+/// each one's state, its calls and its pending calls.
+type Dump = Vec<(
+    String,
+    Vec<CheckpointInfo>,
+    Vec<(u64, u64, AgentState)>,
+    Vec<CallInfo>,
+    Vec<PendingCall>,
+)>;
+
+fn dump(store: &Store) -> Dump {
+    let mut out = Vec::new();
+    for task in store.tasks().expect("tasks") {
+        let listed = store.list_checkpoints(&task).expect("list");
+        let states = listed
+            .iter()
+            .map(|c| {
+                let cp = store.load(&task, c.seq).expect("load").expect("retained");
+                (cp.seq, cp.created_at_ms, (*cp.state).clone())
+            })
+            .collect();
+        let calls = store.calls(&task).expect("calls");
+        let pending = store.pending_calls(&task).expect("pending");
+        out.push((task, listed, states, calls, pending));
+    }
+    out
+}
+
+/// The fixture's tasks after [`grow`]: alpha has 40 steps, "fork2" was forked from
+/// alpha@35 and took a step and two calls (one finished), beta took a pending call.
+fn check_grown(store: &Store, ctx: &str) {
+    assert_eq!(
+        store.tasks().expect("tasks"),
+        ["alpha", "beta", "fork", "fork2"],
+        "{ctx}"
+    );
+    for seq in 1..=40 {
+        let c = store.load("alpha", seq).expect("load").expect("retained");
+        assert_eq!(
+            *c.state,
+            expected("alpha", 1..=seq as i64),
+            "{ctx}: alpha {seq}"
+        );
+    }
+    let mut state = expected("alpha", 1..=35);
+    state.apply(&step("fork2", 36));
+    let fork2 = store.load_latest("fork2").expect("load").expect("fork2");
+    assert_eq!((fork2.seq, &*fork2.state), (2, &state), "{ctx}");
+    let listed = store.list_checkpoints("fork2").expect("list");
+    assert_eq!(
+        listed[0].forked_from,
+        Some(("alpha".to_string(), 35)),
+        "{ctx}"
+    );
+    assert_eq!(
+        store.call_result("fork2", "c3").expect("call"),
+        Some(b"done".to_vec()),
+        "{ctx}"
+    );
+    let pending = store.pending_calls("fork2").expect("pending");
+    assert_eq!(pending.len(), 1, "{ctx}");
+    assert_eq!(pending[0].call_id, "c4", "{ctx}");
+    let pending = store.pending_calls("beta").expect("pending");
+    assert_eq!(
+        (pending.len(), pending[0].call_id.as_str()),
+        (1, "c5"),
+        "{ctx}"
+    );
+    // What the fixture held is still there.
+    assert_eq!(
+        store.call_result("alpha", "c1").expect("call"),
+        Some(b"found".to_vec()),
+        "{ctx}"
+    );
+    let beta = store.load_latest("beta").expect("load").expect("beta");
+    assert_eq!(
+        (beta.seq, &*beta.state),
+        (3, &expected("beta2", 1..=3)),
+        "{ctx}"
+    );
+    let fork = store.load_latest("fork").expect("load").expect("fork");
+    assert_eq!(fork.seq, 3, "{ctx}");
+    store.verify().expect("verify");
+}
+
+/// New commits, a fork, tool calls: enough to fill segment 7 and rotate past it.
+fn grow(store: &Store) {
+    for i in 31..=40 {
+        assert_eq!(
+            store.commit("alpha", &step("alpha", i)).expect("commit"),
+            i as u64
+        );
+    }
+    assert_eq!(store.fork("alpha", 35, "fork2").expect("fork"), 1);
+    store.commit("fork2", &step("fork2", 36)).expect("commit");
+    store
+        .begin_call("fork2", "c3", "search", b"q=3")
+        .expect("begin");
+    store.finish_call("fork2", "c3", b"done").expect("finish");
+    store
+        .begin_call("fork2", "c4", "email", b"to=y")
+        .expect("begin");
+    store
+        .begin_call("beta", "c5", "search", b"q=5")
+        .expect("begin");
+}
+
+#[test]
+fn a_v1_store_keeps_working_and_compaction_leaves_only_v2_segments() {
+    let dir = fixture_copy();
+    let store: Store = Store::open_with(dir.path(), options()).expect("open for writing");
+    check(&store);
+    let before = segment_headers(dir.path());
+    assert_eq!(before.iter().map(|s| s.0).collect::<Vec<_>>(), [6, 7]);
+    for (id, h, version) in &before {
+        assert_v1(h, *version, &format!("fixture segment {id}"));
+    }
+    grow(&store);
+    check_grown(&store, "after the new writes");
+    drop(store);
+    let store: Store = Store::open_with(dir.path(), options()).expect("reopen");
+    check_grown(&store, "reopened");
+    // The old segments stay v1 until compaction; every new one is v2, with its own salt.
+    let grown = segment_headers(dir.path());
+    assert!(grown.len() >= 4, "rotated past segment 7: {grown:?}");
+    let mut salts = Vec::new();
+    for (id, h, version) in &grown {
+        let ctx = format!("segment {id}");
+        match id {
+            6 | 7 => assert_v1(h, *version, &ctx),
+            _ => {
+                assert_v2(h, *version, &ctx);
+                salts.push(h.salt);
+            }
+        }
+    }
+    let distinct: std::collections::HashSet<_> = salts.iter().collect();
+    assert_eq!(distinct.len(), salts.len(), "distinct salts: {salts:?}");
+    let all = dump(&store);
+    let read_only: Store = Store::open_read_only(dir.path()).expect("read-only open");
+    assert_eq!(dump(&read_only), all, "read-only view of the mixed store");
+    drop(read_only);
+
+    store.compact().expect("compact");
+    check_grown(&store, "compacted");
+    assert_eq!(dump(&store), all, "compaction changes no answer");
+    drop(store);
+    let after = segment_headers(dir.path());
+    for (id, h, version) in &after {
+        assert_v2(h, *version, &format!("segment {id} after compaction"));
+    }
+    assert!(
+        after.iter().all(|(id, _, _)| *id > 7),
+        "the v1 segments are gone: {after:?}"
+    );
+    // No v1 file waits for reuse either (only v2 files are recycled).
+    for entry in std::fs::read_dir(dir.path()).expect("read dir") {
+        let entry = entry.expect("entry");
+        if parse_free_file_name(&entry.file_name().to_string_lossy()).is_some() {
+            let bytes = std::fs::read(entry.path()).expect("read");
+            let h = SegmentHeader::decode(&bytes, &entry.path()).expect("header");
+            assert_v2(
+                &h,
+                u32::from_le_bytes(bytes[8..12].try_into().unwrap()),
+                "free file",
+            );
+        }
+    }
+    let store: Store = Store::open_with(dir.path(), options()).expect("reopen");
+    check_grown(&store, "reopened after compaction");
+    assert_eq!(dump(&store), all, "reads back identically after reopen");
+    assert_eq!(store.recovery_report().torn_bytes, 0);
+    // And it keeps working.
+    store.commit("alpha", &step("alpha", 41)).expect("commit");
+    drop(store);
+    let read_only: Store = Store::open_read_only(dir.path()).expect("read-only open");
+    let alpha = read_only
+        .load_latest("alpha")
+        .expect("load")
+        .expect("alpha");
+    assert_eq!((alpha.seq, &*alpha.state), (41, &expected("alpha", 1..=41)));
+}
+
+#[test]
+fn a_v1_final_segment_is_appended_to_with_v1_records() {
+    let dir = fixture_copy();
+    let final_path = dir.path().join("00000000000000000007.wal");
+    let kinds_before = record_kinds(&final_path, Salt::Unsalted);
+    let store: Store = Store::open_with(dir.path(), options()).expect("open for writing");
+    // A small commit: it fits in what segment 7 has left.
+    let delta = AgentDelta::default().set("k", 1);
+    assert_eq!(store.commit("gamma", &delta).expect("commit"), 1);
+    drop(store);
+    let headers = segment_headers(dir.path());
+    assert_eq!(
+        headers.iter().map(|s| s.0).collect::<Vec<_>>(),
+        [6, 7],
+        "no new segment"
+    );
+    let (_, h, version) = &headers[1];
+    assert_v1(h, *version, "the final segment after the append");
+    // One more record, validating unsalted (a v1 record), right after the old ones.
+    let kinds_after = record_kinds(&final_path, Salt::Unsalted);
+    assert_eq!(kinds_after.len(), kinds_before.len() + 1, "{kinds_after:?}");
+    assert_eq!(kinds_after[..kinds_before.len()], kinds_before[..]);
+    for (mode, store) in [
+        (
+            "read-only",
+            Store::open_read_only(dir.path()).expect("read-only"),
+        ),
+        (
+            "writer",
+            Store::open_with(dir.path(), options()).expect("reopen"),
+        ),
+    ] {
+        check_with_tasks(&store, &["alpha", "beta", "fork", "gamma"]);
+        let gamma = store.load_latest("gamma").expect("load").expect("gamma");
+        let mut want = AgentState::default();
+        want.apply(&delta);
+        assert_eq!((gamma.seq, &*gamma.state), (1, &want), "{mode}");
+        assert_eq!(store.recovery_report().torn_bytes, 0, "{mode}");
+    }
 }

@@ -284,7 +284,8 @@ fn writer_start(
                 file: None,
                 segment_id: last.id,
                 write_pos: data_end,
-                file_bytes: last.file_bytes,
+                // (Past the file's old end if the seal extended it.)
+                file_bytes: last.file_bytes.max(data_end),
                 zeroed_end: data_end,
                 next_lsn: scan.next_lsn,
                 segment_bytes,
@@ -319,11 +320,9 @@ fn seal_at_open(fs: &dyn Storage, last: &SegmentState, next_lsn: u64) -> Result<
         record::payload_crc(&payload),
         &payload,
     );
-    // The writer always left room for a seal: data ends at least a seal before the end.
-    assert!(
-        last.data_end + SEAL_RECORD_BYTES as u64 <= last.file_bytes,
-        "room for the seal"
-    );
+    // The writer always left room for a seal, but a file cut short (a recycled file's
+    // length is its earlier life's: no crash shortens it, but a copy or damage may) ends
+    // sooner: the seal then extends it, as an append extends a fresh segment.
     fs.open(&last.path, true)
         .and_then(|f| {
             f.write_all_at(&seal, last.data_end)

@@ -121,6 +121,9 @@ impl<'a> Cursor<'a> {
                 }
                 continue;
             }
+            // A batch after a close record: a later writer appended past it, so it no
+            // longer ends this life's bytes, even if that batch turns out torn.
+            self.closed = false;
             self.batch.push((at, h));
             self.pos += h.record_bytes() as usize;
             self.next_lsn = h.lsn + 1;

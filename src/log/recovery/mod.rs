@@ -292,6 +292,13 @@ fn scan_segment(
         };
         cursor.drop_partial_batch();
         let start = cursor.committed_end();
+        // Past a recycled segment's data the earlier life's bytes are not zeros, so the
+        // verdict's own test for a torn tail (non-zero bytes after the data) means
+        // nothing there: the arm below judges it, in Strict mode too.
+        let judged_as = match mode {
+            RecoveryMode::Strict if state.recycled => RecoveryMode::TolerateTornTail,
+            mode => mode,
+        };
         match verdict::judge(
             buf,
             header.salt,
@@ -299,7 +306,7 @@ fn scan_segment(
             start,
             cursor.next_lsn(),
             is_last,
-            mode,
+            judged_as,
         ) {
             Verdict::End { .. } if state.recycled => {
                 // Past the data of a recycled file lie an earlier life's bytes (none of

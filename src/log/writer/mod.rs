@@ -312,8 +312,8 @@ impl Writer {
 
     /// A clean close, once every handle is gone: in a recycled segment, appends a close
     /// record (synced unless `Never`), so that the next writer may append after it rather
-    /// than seal the segment (§5.3). Nothing to do elsewhere: past a fresh segment's data
-    /// there are only zeros.
+    /// than seal the segment (§5.3), or a seal where no room is left for a close record.
+    /// Nothing to do elsewhere: past a fresh segment's data there are only zeros.
     pub fn close(&self) -> Result<()> {
         let next_lsn = {
             let shared = self.shared.lock();
@@ -325,11 +325,21 @@ impl Writer {
             shared.next_lsn
         };
         let mut io = self.io.lock();
-        let room = (RECORD_HEADER_BYTES + SEAL_RECORD_BYTES) as u64;
-        if io.file.is_none() || !io.recycled || io.write_pos + room > io.segment_end {
+        if io.file.is_none() || !io.recycled {
             return Ok(());
         }
-        io.write_internal(KIND_CLOSE, next_lsn, &[], self)?;
+        let room = (RECORD_HEADER_BYTES + SEAL_RECORD_BYTES) as u64;
+        if io.write_pos + room <= io.segment_end {
+            io.write_internal(KIND_CLOSE, next_lsn, &[], self)?;
+        } else {
+            // No room for a close record and the seal a later writer must still be able
+            // to write after it: seal the segment instead (there is always room for a
+            // seal). The next writer's first append makes the next segment, as after a
+            // crash during a rotation; without either record the next open would take
+            // the earlier life's bytes for a torn tail.
+            let next_id = io.segment_id + 1;
+            io.write_internal(KIND_SEAL, next_lsn, &next_id.to_le_bytes(), self)?;
+        }
         if self.sync != SyncMode::Never {
             io.sync(self)?;
         }
