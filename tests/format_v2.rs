@@ -703,7 +703,8 @@ fn a_recycled_segment_closed_cleanly_delivers_exactly_its_new_life_and_is_append
             "{ctx}: nothing torn after a clean close: {r:?}"
         );
         assert!(r.skipped.is_empty(), "{ctx}: {r:?}");
-        // Appends continue in place, right after the close record: no new segment.
+        // Appends continue in place, where the close record was (the open zeroed it, so
+        // that it cannot outlive a batch appended after it): no new segment.
         let a = log.append(1, b"after the close").expect("append");
         assert_eq!(
             (a.lsn, a.pos),
@@ -711,7 +712,7 @@ fn a_recycled_segment_closed_cleanly_delivers_exactly_its_new_life_and_is_append
                 next_lsn,
                 RecordPos {
                     segment_id: id,
-                    offset: close_end as u64
+                    offset: (close_end - RECORD_HEADER_BYTES) as u64
                 }
             ),
             "{ctx}"
@@ -1102,9 +1103,9 @@ fn a_torn_batch_after_a_close_record_is_a_torn_tail() {
 
 #[test]
 fn clean_opens_and_closes_of_a_recycled_segment_never_leave_it_looking_torn() {
-    // Every clean close of a writer in a recycled segment appends a close record, even
-    // one that appended nothing: enough of them fill the segment, and the last clean
-    // close finds no room for one.
+    // Every clean close of a writer in a recycled segment writes a close record, even one
+    // that appended nothing; each open zeroes the close record it finds and appends in
+    // its place, so they never pile up: one close record, always at the same offset.
     let Recycled {
         dir,
         log,
@@ -1114,25 +1115,33 @@ fn clean_opens_and_closes_of_a_recycled_segment_never_leave_it_looking_torn() {
     } = recycled_log();
     drop(log);
     let path = segment_path(dir.path(), id);
-    let mut sealed = false;
+    let first_close = walk(&path).last().cloned().expect("records");
+    assert_eq!(first_close.1.kind, KIND_CLOSE);
     for round in 0..SEGMENT_BYTES / RECORD_HEADER_BYTES as u64 {
         let (log, got) = open(dir.path(), RecoveryMode::Strict)
             .unwrap_or_else(|e| panic!("round {round}: strict open after a clean close: {e}"));
         assert_eq!(got, acked, "round {round}");
         assert_eq!(log.recovery().torn_bytes, 0, "round {round}");
         drop(log);
-        let last = walk(&path).last().cloned().expect("records").1;
-        if last.kind == KIND_SEAL {
-            sealed = true;
-            break;
-        }
-        assert_eq!(last.kind, KIND_CLOSE, "round {round}");
+        let records = walk(&path);
+        let close = records.last().cloned().expect("records");
+        assert_eq!(
+            (close.0, close.1.kind),
+            (first_close.0, KIND_CLOSE),
+            "round {round}: one close record, where the first was"
+        );
+        let closes = records.iter().filter(|r| r.1.kind == KIND_CLOSE).count();
+        assert_eq!(closes, 1, "round {round}");
     }
-    assert!(sealed, "the segment filled up with close records");
     let (log, _) = open(dir.path(), RecoveryMode::Strict).expect("open");
     let a = log.append(1, b"next").expect("append");
-    assert_eq!(a.pos.segment_id, id + 1, "the next segment");
+    assert_eq!(
+        (a.pos.segment_id, a.pos.offset),
+        (id, first_close.0 as u64),
+        "appended in place of the close record"
+    );
     drop(log);
+
     let (_, got) = open(dir.path(), RecoveryMode::Strict).expect("open");
     assert_eq!(got.len(), acked.len() + 1);
 }
@@ -1169,4 +1178,56 @@ fn a_recycled_segment_cut_short_after_its_data_is_sealed_at_open() {
     drop(log);
     let (_, got) = open(crashed.path(), RecoveryMode::Strict).expect("reopen");
     assert_eq!(got.len(), acked.len() + 1);
+}
+
+/// After a clean close, the next writer appends where the close record was, having zeroed
+/// it durably first. Were the close record left in place, a crash that tore the first
+/// batch appended after it but kept a later one (possible with more than one unsynced
+/// batch, as `Periodic` and `Never` allow) would look like a clean end: the writer would
+/// append over the torn batch, and a record of the same size (so the same LSN, reused)
+/// would line the scan up on the stale later batch, which would then be replayed though
+/// its predecessor was lost. DESIGN.md §5.3.
+#[test]
+fn a_torn_batch_after_a_clean_reopen_never_lets_a_later_stale_batch_back() {
+    let Recycled {
+        dir,
+        log,
+        acked,
+        id,
+        ..
+    } = recycled_log();
+    drop(log); // a clean close: a close record at the end of the data
+    // Never: both batches are written and neither is synced, so the second carries no
+    // DURABLE_BEFORE and losing the first is a tear, not corruption.
+    let mut got = Vec::new();
+    let never = LogOptions {
+        sync: SyncMode::Never,
+        ..options(RecoveryMode::TolerateTornTail)
+    };
+    let log = Log::open_with(dir.path(), never, |r| {
+        got.push((r.lsn, r.payload.to_vec()));
+        Ok(())
+    })
+    .expect("reopen");
+    assert_eq!(got, acked);
+    let first = payload("lost", 1, 200);
+    let a1 = log.append(1, &first).expect("append");
+    let a2 = log.append(1, &payload("stale", 2, 200)).expect("append");
+    assert_eq!((a1.pos.segment_id, a2.pos.segment_id), (id, id));
+    // A crash image: the first batch torn (its header garbled), the second intact.
+    let image = copy_dir(dir.path());
+    drop(log);
+    let path = segment_path(image.path(), id);
+    write_at(&path, a1.pos.offset as usize + 4, &[0xA5; 8]);
+    let (log, got) = open(image.path(), RecoveryMode::TolerateTornTail).expect("recover");
+    assert_eq!(got, acked, "neither record of the torn life");
+    assert!(log.recovery().torn_bytes > 0, "{:?}", log.recovery());
+    // A record of the first one's size: same length, same (reused) LSN.
+    let n = log.append(1, &payload("new!", 1, 200)).expect("append");
+    assert_eq!(n.lsn, a1.lsn, "the LSN of the torn record is reused");
+    drop(log);
+    let (_, got) = open(image.path(), RecoveryMode::TolerateTornTail).expect("reopen");
+    let mut want = acked.clone();
+    want.push((n.lsn, payload("new!", 1, 200)));
+    assert_eq!(got, want, "the stale batch is never replayed");
 }

@@ -19,7 +19,7 @@ use super::writer::{SaltSource, Writer, WriterStart};
 use super::{Inner, Log, LogOptions, RecordRef, SyncMode};
 use crate::background::Periodic;
 use crate::error::{Error, NotAStoreReason, Result};
-use crate::storage::{RealStorage, Storage};
+use crate::storage::{RealStorage, Storage, StorageFile};
 
 impl Log {
     /// Opens (or creates) the log in `dir` for writing, discarding the recovered records.
@@ -360,15 +360,19 @@ fn reopen_tail(
         tracing::warn!(segment = %last.path.display(), offset = last.data_end,
             bytes = last.dirty_end - last.data_end, "discarded a torn tail");
     }
+    let write_pos = match last.recycled && last.closed {
+        true => reopen_after_close(&*file, last)?,
+        false => last.data_end,
+    };
     // Space a previous writer zeroed ahead is written already; zeroing it again at every
     // open would cost a megabyte of writes and an fdatasync per open.
-    let zeroed_end = file.written_end(last.data_end);
+    let zeroed_end = file.written_end(write_pos);
     Ok(WriterStart {
         storage: storage.clone(),
         dir: dir.to_path_buf(),
         file: Some(file),
         segment_id: last.id,
-        write_pos: last.data_end,
+        write_pos,
         // A segment written under a larger segment_bytes stays valid; the writer seals it
         // at the next append and new segments take the current segment_bytes.
         file_bytes: last.file_bytes,
@@ -379,6 +383,22 @@ fn reopen_tail(
         recycled: last.recycled,
         salts,
     })
+}
+
+/// A recycled segment its last writer closed cleanly: the close record says that nothing
+/// of this life follows it, which stays true only while nobody appends. So it is zeroed,
+/// and made durable so, before this writer appends in its place: were a batch appended
+/// after it and torn by a crash, with a later batch intact (a torn first record in
+/// `Periodic` mode, say), a surviving close record would let the next open take the torn
+/// region for the end of the data and append over it, and a later scan could then line
+/// up on the intact batch beyond (§5.3). Returns where to append: the close record's
+/// offset.
+fn reopen_after_close(file: &dyn StorageFile, last: &SegmentState) -> Result<u64> {
+    let at = last.data_end - RECORD_HEADER_BYTES as u64;
+    file.write_all_at(&[0u8; RECORD_HEADER_BYTES], at)
+        .and_then(|()| file.sync_data())
+        .map_err(|e| Error::io(format!("reopening {}", last.path.display()), e))?;
+    Ok(at)
 }
 
 pub(super) fn log_recovery(dir: &Path, r: &LogRecovery, started: Instant) {

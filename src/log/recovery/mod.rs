@@ -71,6 +71,8 @@ pub(crate) struct SegmentState {
     /// data may hold records of this life, and no bound on them is known, so a writer
     /// must not append there; it seals the segment at `data_end` instead (§5.3).
     pub seal_at_open: bool,
+    /// The last complete batch is a close record: its writer closed cleanly there.
+    pub closed: bool,
 }
 
 /// Everything `open` learns from the scan.
@@ -281,6 +283,7 @@ fn scan_segment(
         salt: header.salt,
         recycled: header.is_recycled(),
         seal_at_open: false,
+        closed: false,
     };
     loop {
         let stop = match cursor.run(visit, report)? {
@@ -356,6 +359,7 @@ fn scan_segment(
         }
     }
     state.data_end = cursor.committed_end() as u64;
+    state.closed = cursor.closed() && !state.sealed;
     // The writer appends at `data_end` and zeroes up to `dirty_end`: both inside the file
     // (asserted again where the writer takes them on).
     assert!(
