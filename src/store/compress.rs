@@ -388,6 +388,29 @@ mod tests {
     }
 
     #[test]
+    fn the_size_limit_counts_the_record_uncompressed() {
+        let raw = text(3000);
+        let stored = compress(ZSTD_1, false, &raw);
+        let compressed = rec(stored.kind, &stored.bytes);
+        let payload = super::super::codec::encode(&compressed).unwrap().len();
+        let uncompressed = compressed.uncompressed_bytes(payload as u64);
+        assert!(payload < 1500 && uncompressed > 3000);
+        // A limit the stored payload fits but the uncompressed one does not: refused, as
+        // the same record stored raw would be.
+        let limit = uncompressed - 1;
+        assert!(matches!(
+            check_uncompressed_size(&compressed, payload, limit),
+            Err(Error::RecordTooLarge { payload_bytes, limit_bytes })
+                if payload_bytes == uncompressed && limit_bytes == limit
+        ));
+        assert!(check_uncompressed_size(&compressed, payload, uncompressed).is_ok());
+        let plain = rec(Body::Delta, &raw);
+        let plain_payload = super::super::codec::encode(&plain).unwrap().len();
+        assert_eq!(plain_payload as u64, uncompressed);
+        assert!(check_uncompressed_size(&plain, plain_payload, limit).is_err());
+    }
+
+    #[test]
     fn levels_are_checked_and_a_context_changes_level() {
         assert!(
             validate(Compression::Zstd {

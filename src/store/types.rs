@@ -29,11 +29,11 @@ pub const CACHE_BYTES_DEFAULT: u64 = 64 << 20;
 /// below it zstd saves little or nothing for a fixed cost of about 2.5 µs per frame, and
 /// below 64 bytes it makes the body larger (bench-results/compression.md).
 pub const COMPRESSION_BODY_BYTES_MIN: usize = 512;
-/// The largest body, uncompressed, that is stored compressed; a larger one is stored as
-/// encoded. A reader refuses a compressed body that claims more, before it allocates
-/// anything, so a damaged or hostile record makes it allocate at most this much. As large
-/// as a default segment, so every body a default store can hold may be compressed.
-pub const COMPRESSED_BODY_BYTES_MAX: usize = SEGMENT_BYTES_DEFAULT as usize;
+/// The largest body, uncompressed, that is stored compressed (64 MiB); a larger one is
+/// stored as encoded. A reader refuses a compressed body that claims more, before it
+/// allocates anything, so a damaged or hostile record makes it allocate at most this much
+/// to decompress.
+pub const COMPRESSED_BODY_BYTES_MAX: usize = 64 << 20;
 /// The zstd level of the default [`Compression`]: level 1, which measured within 5 % of
 /// level 3's output on agent text for a third of its time on some inputs
 /// (bench-results/compression.md).
