@@ -1,6 +1,8 @@
 //! Which codec for format v2's record compression (issue 14 item 5): ratio and speed of
-//! zstd, lz4_flex and snap on the bodies a real store writes. Measurement only: nothing in
-//! `src/` compresses yet.
+//! zstd, lz4_flex and snap on the bodies a real store writes. The store under test writes
+//! its bodies uncompressed (`Compression::None`), so that every candidate compresses the
+//! same encoded bodies; the store's own compression (zstd level 1, DESIGN.md §2.8) is
+//! measured by the workload benchmark (`agentwal` against `agentwal-uncompressed`).
 //!
 //! ```text
 //! cargo bench --bench compression                       # 64 tasks × 200 steps, 5 reps
@@ -12,7 +14,7 @@
 //!
 //! For each payload source, the agent steps are committed into a real `Store` (default
 //! `Options` except `SyncMode::Never`: the sync mode changes no record, only the time it
-//! takes), the store is closed, and its log is replayed with `Log::open_with`. Every kind-1
+//! takes; and `Compression::None`), the store is closed, and its log is replayed with `Log::open_with`. Every kind-1
 //! record (a checkpoint) is decoded with a mirror of `CheckpointRec` (DESIGN.md §2.8) to take
 //! its body: postcard(`AgentState`) for a snapshot, postcard(`AgentDelta`) for a delta.
 //! Each body is then compressed on its own (one record, one frame: what a per-record codec
@@ -37,7 +39,7 @@ use std::path::Path;
 use std::time::Instant;
 
 use agentwal::log::{Log, LogOptions};
-use agentwal::{AgentDelta, AgentState, Options, Store, SyncMode, describe_record};
+use agentwal::{AgentDelta, AgentState, Compression, Options, Store, SyncMode, describe_record};
 use serde::Deserialize;
 
 /// Mirror of `src/store/codec.rs`'s `CheckpointRec` (crate-private; DESIGN.md §2.8).
@@ -241,6 +243,8 @@ fn store_records(
 ) -> (Vec<Rec>, u64, f64) {
     let options = Options {
         sync: SyncMode::Never,
+        // The candidates compress the encoded bodies (the mirror reads tags 0 and 1 only).
+        compression: Compression::None,
         ..Options::default()
     };
     let ids: Vec<String> = (0..tasks).map(&task_id).collect();

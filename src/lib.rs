@@ -25,11 +25,12 @@ pub use error::{CorruptionReason, Error, NotAStoreReason, Result};
 pub use log::{RecoveryMode, SyncMode};
 pub use state::{AgentDelta, AgentState, Message, Role, State, ToolCall};
 pub use store::{
-    BodyCheck, CACHE_BYTES_DEFAULT, CALL_ID_BYTES_MAX, COMPACTION_DEAD_BYTES_MIN, CallInfo,
-    Checkpoint, CheckpointInfo, CompactionReport, LostCheckpoints, Options, PendingCall,
-    RecordSummary, RecoveryReport, SNAPSHOT_DELTA_BYTES_FLOOR, SNAPSHOT_DELTA_RATIO,
-    SNAPSHOT_EVERY_DEFAULT, Stats, Store, TASK_ID_BYTES_MAX, TOOL_NAME_BYTES_MAX, TaskInfo,
-    UndecodedBodies, VerifyReport, describe_record,
+    BodyCheck, BodySummary, CACHE_BYTES_DEFAULT, CALL_ID_BYTES_MAX, COMPACTION_DEAD_BYTES_MIN,
+    COMPRESSED_BODY_BYTES_MAX, COMPRESSION_BODY_BYTES_MIN, CallInfo, Checkpoint, CheckpointInfo,
+    CompactionReport, Compression, LostCheckpoints, Options, PendingCall, RecordSummary,
+    RecoveryReport, SNAPSHOT_DELTA_BYTES_FLOOR, SNAPSHOT_DELTA_RATIO, SNAPSHOT_EVERY_DEFAULT,
+    Stats, Store, TASK_ID_BYTES_MAX, TOOL_NAME_BYTES_MAX, TaskInfo, UndecodedBodies, VerifyReport,
+    ZSTD_LEVEL_DEFAULT, describe_record,
 };
 pub use task_store::TaskStore;
 pub use value::{NotJson, Value};

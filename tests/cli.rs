@@ -559,3 +559,51 @@ fn a_postgres_url_without_the_feature_says_to_build_with_it() {
         assert!(!err.contains("not an agentwal store"), "{err}");
     }
 }
+
+/// `dump` and `verify` say how bodies are stored: the codec and both sizes of each
+/// compressed checkpoint body, and how many are compressed; `show` reads through them.
+#[test]
+#[cfg(feature = "zstd")]
+fn dump_and_verify_show_compressed_bodies() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let store: Store = Store::open(dir.path()).unwrap();
+        for i in 1..=6i64 {
+            let text =
+                format!("step {i}: the agent found three pages about the weather; ").repeat(20);
+            let d = AgentDelta::default().message(Message::tool(format!("c{i}"), text));
+            store.commit("zeta", &d).unwrap();
+        }
+    }
+    let d = dir.path().to_str().unwrap();
+    let dump = json(&["dump", d]);
+    let records = dump["records"].as_array().unwrap();
+    assert_eq!(records.len(), 6);
+    for r in records {
+        let body = &r["body"];
+        assert_eq!(body["codec"], "zstd", "{r}");
+        assert!(
+            body["stored_bytes"].as_u64() < body["bytes"].as_u64(),
+            "{r}"
+        );
+        assert_eq!(body["error"], J::Null, "{r}");
+        let detail = r["detail"].as_str().unwrap();
+        assert!(detail.starts_with("zstd "), "{detail}");
+    }
+    let text = agentwal(&["dump", d]);
+    assert!(String::from_utf8_lossy(&text.stdout).contains(" B of "));
+    let verify = json(&["verify", d]);
+    assert_eq!(verify["ok"], true);
+    assert_eq!(verify["bodies_compressed"], 6);
+    assert!(verify["body_bytes_stored"].as_u64() < verify["body_bytes"].as_u64());
+    let out = agentwal(&["verify", d]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("6 of 6 checkpoint bodies stored compressed (zstd)"),
+        "{stdout}"
+    );
+    let show = json(&["show", d, "zeta"]);
+    let messages = show["state"]["messages"].as_array().unwrap();
+    assert_eq!(messages.len(), 6);
+}

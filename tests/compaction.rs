@@ -4,7 +4,9 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
-use agentwal::{AgentDelta, AgentState, Message, Options, RecoveryMode, State, Store, SyncMode};
+use agentwal::{
+    AgentDelta, AgentState, Compression, Message, Options, RecoveryMode, State, Store, SyncMode,
+};
 
 fn delta(task: usize, i: u64) -> AgentDelta {
     AgentDelta::default()
@@ -41,6 +43,9 @@ fn small(keep: Option<u32>) -> Options {
         snapshot_every: 4,
         keep_checkpoints: keep,
         auto_compact: false,
+        // The segment counts these tests plan on are in bytes as encoded (compressed
+        // records through compaction: tests/compression.rs).
+        compression: Compression::None,
         ..Options::default()
     }
 }

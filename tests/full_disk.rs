@@ -16,7 +16,7 @@ use std::process::Command;
 use std::sync::{Arc, MutexGuard};
 
 use agentwal::storage::sim::{SimOp, SimStorage};
-use agentwal::{AgentDelta, AgentState, Error, Options, Store};
+use agentwal::{AgentDelta, AgentState, Compression, Error, Options, Store};
 
 /// A tmpfs mounted on a temporary directory for the life of the guard; unmounted when it
 /// drops, also when the test fails.
@@ -414,6 +414,8 @@ fn sim_options() -> Options {
         snapshot_every: 2,
         keep_checkpoints: Some(2),
         auto_compact: false,
+        // The segment counts these tests plan on are in bytes as encoded.
+        compression: Compression::None,
         ..Options::default()
     }
 }

@@ -58,10 +58,74 @@ fn patterns() -> Vec<Vec<u8>> {
     out
 }
 
+/// Inputs that `record_decode` wraps into checkpoint payloads with zstd bodies: a control
+/// byte (body tag 3, a compressed snapshot), the length decompressed as a varint, then a
+/// real frame, whole or damaged, and lengths that disagree with it.
+fn compressed_bodies() -> Vec<Vec<u8>> {
+    let raw: Vec<u8> = (0..3000u32)
+        .map(|i| b"agent tool state "[i as usize % 17])
+        .collect();
+    let frame = zstd::bulk::compress(&raw, 1).expect("compress");
+    let input = |raw_len: u64, body: &[u8]| {
+        let mut out = vec![3];
+        let mut n = raw_len;
+        while n >= 0x80 {
+            out.push(n as u8 | 0x80);
+            n >>= 7;
+        }
+        out.push(n as u8);
+        out.extend_from_slice(body);
+        out
+    };
+    let mut flipped = frame.clone();
+    let mid = flipped.len() / 2;
+    flipped[mid] ^= 0x40;
+    vec![
+        input(3000, &frame),
+        input(2999, &frame),
+        input(1 << 27, &frame),
+        input(3000, &frame[..frame.len() - 1]),
+        input(3000, &[frame.as_slice(), b"more"].concat()),
+        input(3000, &frame[..4]),
+        // Last: a flipped byte may fall where zstd cannot tell (no checksum in the frame;
+        // the record's CRC covers it on disk).
+        input(3000, &flipped),
+    ]
+}
+
+/// The first of [`compressed_bodies`] is a sound record: the check reaches zstd's decoder
+/// and accepts it, so the damaged ones after it test the decoder's refusals (all but the
+/// last are refused).
+#[test]
+fn record_decode_builds_a_sound_compressed_record() {
+    let payload = checks::record_decode::checkpoint_payload(&compressed_bodies()[0]).unwrap();
+    let rec = agentwal::log::RecordRef {
+        segment_id: 1,
+        offset: 0,
+        lsn: 1,
+        kind: 1,
+        payload: &payload,
+        segment: Path::new("x.wal"),
+    };
+    let body = agentwal::describe_record(&rec).body.expect("a checkpoint");
+    assert_eq!((body.codec, body.bytes, body.error), ("zstd", 3000, None));
+    let inputs = compressed_bodies();
+    for damaged in &inputs[1..inputs.len() - 1] {
+        let payload = checks::record_decode::checkpoint_payload(damaged).unwrap();
+        let rec = agentwal::log::RecordRef {
+            payload: &payload,
+            ..rec
+        };
+        let body = agentwal::describe_record(&rec).body.expect("a checkpoint");
+        assert!(body.error.is_some(), "{body:?}");
+    }
+}
+
 #[test]
 fn record_decode() {
-    let patterns = patterns();
-    let builtin: Vec<&[u8]> = patterns.iter().map(Vec::as_slice).collect();
+    let mut inputs = patterns();
+    inputs.extend(compressed_bodies());
+    let builtin: Vec<&[u8]> = inputs.iter().map(Vec::as_slice).collect();
     replay("record_decode", checks::record_decode::check, &builtin);
 }
 

@@ -561,3 +561,57 @@ fn verify_passes_on_histories_written_on_postgresql() {
     );
     assert_eq!(tasks["tasks"][1]["forked_from"]["seq"], 19);
 }
+
+/// A local store whose snapshots and deltas are stored compressed (the default) migrates
+/// with its bodies decompressed: PostgreSQL stores bodies as encoded (DESIGN.md §7.13).
+/// Every seq loads the same state on both, both verify, and the bodies PostgreSQL holds
+/// are the local bodies uncompressed, byte for byte in total.
+#[test]
+#[cfg(feature = "zstd")]
+fn migrate_decompresses_a_compressed_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = |i: i64| {
+        let words = [
+            "agent", "searched", "the", "web", "found", "pages", "weather",
+        ];
+        let n = 150 + (i as usize * 37) % 200;
+        (0..n)
+            .map(|k| words[(k * 7 + i as usize) % words.len()])
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    {
+        let options = Options {
+            snapshot_every: 4,
+            ..Options::default()
+        };
+        let store: Store = Store::open_with(dir.path(), options).unwrap();
+        for i in 1..=30 {
+            let d = AgentDelta::default().message(Message::tool(format!("c{i}"), text(i)));
+            store.commit("alpha", &d).unwrap();
+        }
+        store.fork("alpha", 10, "beta").unwrap();
+    }
+    let local: Store = Store::open_read_only(dir.path()).unwrap();
+    let here = local.verify().unwrap();
+    assert!(here.bodies_compressed >= 30, "{here:?}");
+    assert!(here.body_bytes_stored * 2 < here.body_bytes, "{here:?}");
+    let schema = common::pg::fresh_schema("cli_zstd");
+    let report = migrate_json(dir.path().to_str().unwrap(), &schema, &[]);
+    assert_eq!(report["verified"], true);
+    let pg = writer(&schema);
+    for seq in 1..=30 {
+        let a = local.load("alpha", seq).unwrap().unwrap();
+        let b = pg.load("alpha", seq).unwrap().unwrap();
+        assert_eq!(*a.state, *b.state, "alpha@{seq}");
+    }
+    assert_eq!(
+        *pg.load_latest("beta").unwrap().unwrap().state,
+        *local.load_latest("beta").unwrap().unwrap().state
+    );
+    let there = pg.verify_with(agentwal::BodyCheck::Require).unwrap();
+    assert!(there.problems.is_empty(), "{:?}", there.problems);
+    assert_eq!(there.checked.body_bytes, here.body_bytes);
+    assert_eq!(there.checked.body_bytes_stored, here.body_bytes);
+    assert_eq!(there.checked.bodies_compressed, 0);
+}

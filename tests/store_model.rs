@@ -1832,6 +1832,8 @@ fn max_age_retention_across_compaction_and_reopen() {
     let dir = tempfile::tempdir().expect("tempdir");
     let options = Options {
         max_age: Some(MAX_AGE),
+        // The layout below (records per segment) is planned in bytes as encoded.
+        compression: agentwal::Compression::None,
         ..options(SyncMode::Never, 3, None, agentwal::CACHE_BYTES_DEFAULT)
     };
     let commit =

@@ -16,7 +16,11 @@
 //! reopened (recovery time) and its files are measured.
 //!
 //! # Backends
-//! - `agentwal`: `Store::commit` with default `Options` (`SyncMode::Always`).
+//! - `agentwal`: `Store::commit` with default `Options` (`SyncMode::Always`; bodies
+//!   compressed with zstd level 1); beside it, outside the targets, `agentwal-uncompressed`
+//!   (`Compression::None`) and `agentwal-periodic` (`SyncMode::Periodic`, not durable per
+//!   commit). `agentwal-zstd-snapshots` (only snapshots compressed) runs only when
+//!   `AGENTWAL_BENCH_BACKENDS` names it.
 //! - `sqlite-seed`: what most agent code does today: `checkpoints(task_id, checkpoint_seq,
 //!   state, created_at)`, one `INSERT OR REPLACE` of the full state as JSON per step,
 //!   `journal_mode=WAL`, `synchronous=FULL`, one connection per thread, busy_timeout 10 s

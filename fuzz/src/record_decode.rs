@@ -1,16 +1,21 @@
-//! `record_decode`: arbitrary bytes into the record and segment-header decoders.
+//! `record_decode`: arbitrary bytes into the record and segment-header decoders, and into
+//! the store's record decoder (`describe_record`), which decompresses a compressed
+//! checkpoint body.
 //!
 //! Properties: no panic on any input; whatever decodes re-encodes to the same bytes (so
-//! the decoders accept exactly what the encoders write, and nothing else slips through).
+//! the decoders accept exactly what the encoders write, and nothing else slips through);
+//! a compressed body is accepted only if it decompresses to exactly the length its record
+//! claims, which is at most `COMPRESSED_BODY_BYTES_MAX`.
 
 use std::path::Path;
 
 use agentwal::log::SegmentHeader;
 use agentwal::log::record::{self, DecodeError, Salt};
 use agentwal::log::{
-    KIND_CLOSE, KIND_SEAL, KIND_UNWRITTEN, KIND_USER_MAX, RECORD_HEADER_BYTES,
+    KIND_CLOSE, KIND_SEAL, KIND_UNWRITTEN, KIND_USER_MAX, RECORD_HEADER_BYTES, RecordRef,
     SEGMENT_HEADER_BYTES, parse_segment_file_name, segment_file_name,
 };
+use agentwal::{COMPRESSED_BODY_BYTES_MAX, describe_record};
 
 /// How many leading offsets of the input are tried as record starts.
 const OFFSETS_TRIED: usize = 24;
@@ -24,6 +29,7 @@ pub fn check(data: &[u8]) {
         check_record(data);
     }
     check_segment_header(data);
+    check_store_payloads(data);
     if let Ok(name) = std::str::from_utf8(data)
         && let Some(id) = parse_segment_file_name(name)
     {
@@ -100,5 +106,93 @@ fn check_segment_header(buf: &[u8]) {
             buf[..SEGMENT_HEADER_BYTES],
             "a decoded segment header does not re-encode to its bytes"
         );
+    }
+}
+
+/// The zstd frame magic (little-endian 0xFD2FB528).
+const ZSTD_MAGIC: [u8; 4] = [0x28, 0xb5, 0x2f, 0xfd];
+
+/// `data` as a store record's payload of each kind, and, so that the fuzzer reaches the
+/// body decoders without first finding a valid envelope, a checkpoint payload built
+/// around it (DESIGN.md §2.8): task "f", seq 1, time 0, schema version 1, then the body
+/// tag and length decompressed taken from `data`'s first bytes, no origin, and the rest of
+/// `data` as the body (after zstd's magic when the first byte asks for it).
+fn check_store_payloads(data: &[u8]) {
+    for kind in 1..=4 {
+        check_store_payload(kind, data);
+    }
+    if let Some(payload) = checkpoint_payload(data) {
+        check_store_payload(1, &payload);
+    }
+}
+
+/// The checkpoint payload `check_store_payloads` builds around `data` (`None` for no
+/// data).
+pub fn checkpoint_payload(data: &[u8]) -> Option<Vec<u8>> {
+    let (&control, rest) = data.split_first()?;
+    let tag = control & 3;
+    let mut payload = vec![1, b'f', 1, 0, 1, tag];
+    let mut rest = rest;
+    if tag >= 2 {
+        // The length decompressed: a varint of up to 4 bytes from the input.
+        let n = rest
+            .iter()
+            .take(4)
+            .position(|b| b & 0x80 == 0)
+            .map_or(rest.len().min(4), |i| i + 1);
+        payload.extend_from_slice(&rest[..n]);
+        rest = &rest[n..];
+    }
+    payload.push(0);
+    let mut body = Vec::new();
+    if control & 4 != 0 {
+        body.extend_from_slice(&ZSTD_MAGIC);
+    }
+    body.extend_from_slice(rest);
+    varint(body.len() as u64, &mut payload);
+    payload.extend_from_slice(&body);
+    Some(payload)
+}
+
+fn varint(mut n: u64, out: &mut Vec<u8>) {
+    while n >= 0x80 {
+        out.push(n as u8 | 0x80);
+        n >>= 7;
+    }
+    out.push(n as u8);
+}
+
+fn check_store_payload(kind: u8, payload: &[u8]) {
+    let rec = RecordRef {
+        segment_id: 1,
+        offset: 0,
+        lsn: 1,
+        kind,
+        payload,
+        segment: Path::new("fuzz.wal"),
+    };
+    let summary = describe_record(&rec);
+    let Some(body) = &summary.body else {
+        return;
+    };
+    assert!(
+        matches!(summary.kind, "snapshot" | "delta"),
+        "a body described for a {}",
+        summary.kind
+    );
+    match body.codec {
+        "raw" => {
+            assert_eq!(body.stored_bytes, body.bytes, "a raw body of two sizes");
+            assert!(body.error.is_none(), "a raw body with an error");
+        }
+        "zstd" if body.error.is_none() => {
+            assert!(
+                body.bytes <= COMPRESSED_BODY_BYTES_MAX as u64,
+                "a compressed body of {} bytes accepted",
+                body.bytes
+            );
+        }
+        "zstd" => {}
+        other => panic!("unknown codec {other:?}"),
     }
 }

@@ -105,6 +105,7 @@ fn options(
         max_age,
         recovery,
         auto_compact,
+        compression: d.compression,
     })
 }
 

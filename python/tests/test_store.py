@@ -261,8 +261,9 @@ def test_load_latest_matching(store: Store) -> None:
 
 def test_compact_stats_flush_verify(store_dir: pathlib.Path) -> None:
     with Store.open(store_dir, segment_bytes=1 << 16, keep_checkpoints=2, sync="never") as s:
+        # Random bytes: compression cannot shrink them, so 300 commits fill several segments.
         for i in range(300):
-            s.commit(f"t{i % 3}", {"set": {"blob": "x" * 500, "i": i}})
+            s.commit(f"t{i % 3}", {"set": {"blob": os.urandom(500), "i": i}})
         s.delete_task("t0")
         s.flush()
         before = s.stats()

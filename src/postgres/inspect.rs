@@ -408,6 +408,9 @@ fn decode_checked<S: State>(
     report: &mut VerifyReport,
 ) -> Result<()> {
     let version = cp.schema_version as u32;
+    // PostgreSQL stores bodies as encoded (uncompressed, DESIGN.md §7.13).
+    report.body_bytes_stored += cp.body.len() as u64;
+    report.body_bytes += cp.body.len() as u64;
     if bodies == BodyCheck::Skip {
         not_decoded(report, version, || "not asked to decode".into());
         return Ok(());

@@ -15,13 +15,70 @@ pub(crate) const KIND_CALL_FINISH: u8 = 3;
 /// Log kind of a task deletion.
 pub(crate) const KIND_DELETE: u8 = 4;
 
-/// Whether a checkpoint's body is a delta or the whole state.
+/// Whether a checkpoint's body is a delta or the whole state, and how it is stored. The
+/// variant index is the format (DESIGN.md §2.8): 0 and 1 are format version 1's, bodies
+/// as encoded; 2 and 3 hold one zstd frame of the encoded body, whose length uncompressed
+/// follows the index.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) enum Body {
     /// `S::Delta`, folded onto the previous checkpoint's state.
     Delta,
     /// `S`, the whole state at this seq.
     Snapshot,
+    /// A `Delta` body compressed: one zstd frame of `raw_len` bytes decompressed.
+    DeltaZstd {
+        /// Bytes of the body decompressed (the encoded `S::Delta`).
+        raw_len: u32,
+    },
+    /// A `Snapshot` body compressed: one zstd frame of `raw_len` bytes decompressed.
+    SnapshotZstd {
+        /// Bytes of the body decompressed (the encoded `S`).
+        raw_len: u32,
+    },
+}
+
+impl Body {
+    /// The tag of a body that is a snapshot (else a delta), compressed with zstd from
+    /// `raw_len` bytes or, with `None`, stored as encoded.
+    pub fn new(snapshot: bool, zstd_raw_len: Option<u32>) -> Body {
+        match (snapshot, zstd_raw_len) {
+            (false, None) => Body::Delta,
+            (true, None) => Body::Snapshot,
+            (false, Some(raw_len)) => Body::DeltaZstd { raw_len },
+            (true, Some(raw_len)) => Body::SnapshotZstd { raw_len },
+        }
+    }
+
+    /// Whether the body is a whole state (else a delta), however it is stored.
+    pub fn is_snapshot(self) -> bool {
+        matches!(self, Body::Snapshot | Body::SnapshotZstd { .. })
+    }
+
+    /// The body's length decompressed, if it is a zstd frame.
+    pub fn zstd_raw_len(self) -> Option<u32> {
+        match self {
+            Body::Delta | Body::Snapshot => None,
+            Body::DeltaZstd { raw_len } | Body::SnapshotZstd { raw_len } => Some(raw_len),
+        }
+    }
+
+    /// The codec's name, as tools show it: "raw" (as encoded) or "zstd".
+    pub fn codec_name(self) -> &'static str {
+        if self.zstd_raw_len().is_some() {
+            "zstd"
+        } else {
+            "raw"
+        }
+    }
+
+    /// "snapshot" or "delta".
+    pub fn kind_name(self) -> &'static str {
+        if self.is_snapshot() {
+            "snapshot"
+        } else {
+            "delta"
+        }
+    }
 }
 
 /// Where a forked task came from.
@@ -95,6 +152,35 @@ impl<'a> Decoded<'a> {
             Decoded::Delete(r) => r.task,
         }
     }
+}
+
+impl CheckpointRec<'_> {
+    /// Bytes of the body uncompressed: the encoded state or delta.
+    pub fn raw_body_bytes(&self) -> u64 {
+        self.body_kind
+            .zstd_raw_len()
+            .map_or(self.body.len() as u64, u64::from)
+    }
+
+    /// What this record's payload (or the whole record), `stored_bytes` long as written,
+    /// would take with its body uncompressed: the size the snapshot policy, the
+    /// latest-state cache and the record size limit count, so that compression moves none
+    /// of them. Exact: the tag of a compressed body holds its length decompressed (the
+    /// varint a raw body's length takes) and its length prefix is the compressed length's.
+    pub fn uncompressed_bytes(&self, stored_bytes: u64) -> u64 {
+        match self.body_kind.zstd_raw_len() {
+            None => stored_bytes,
+            Some(raw_len) => {
+                let stored_body = self.body.len() as u64 + varint_bytes(self.body.len() as u64);
+                (stored_bytes + u64::from(raw_len)).saturating_sub(stored_body)
+            }
+        }
+    }
+}
+
+/// Bytes of `n` as a postcard varint.
+pub(crate) fn varint_bytes(n: u64) -> u64 {
+    u64::from((64 - n.leading_zeros()).max(1).div_ceil(7))
 }
 
 /// The leading fields of a checkpoint record, decodable even when the body is damaged

@@ -43,7 +43,8 @@ impl<S: State> Store<S> {
         let Some(plan) = plan else {
             unreachable!("a commit that may read never defers")
         };
-        let rec = plan.record(task, delta_bytes);
+        let body = plan.body(self.inner.options.compression, delta_bytes);
+        let rec = plan.record(task, &body);
         self.append_live(codec::KIND_CHECKPOINT, codec::Decoded::Checkpoint(rec))?;
         Ok(self.committed(task, slot, plan.seq, plan.next))
     }
@@ -81,9 +82,9 @@ impl<S: State> Store<S> {
         }
         let next = self.state_after(task, slot, latest, delta, snapshot_due)?;
         let snapshot = match (&next, snapshot_due) {
-            (Some(state), true) => {
-                self.encode_snapshot(task, state, at.state_bytes + delta_bytes.len() as u64)?
-            }
+            (Some(state), true) => self
+                .encode_snapshot(task, state, at.state_bytes + delta_bytes.len() as u64)?
+                .map(|raw| self.stored_snapshot(raw)),
             _ => None,
         };
         Ok(Some(CommitPlan {
@@ -173,8 +174,13 @@ impl<S: State> Store<S> {
         self.cache.put(task, slot, seq, state, bytes);
     }
 
-    /// Encodes `state` as a snapshot, unless it cannot fit in a record. `estimate_bytes`
-    /// sizes the buffer up front.
+    /// An encoded snapshot as the store's compression setting stores it.
+    pub(super) fn stored_snapshot(&self, raw: Vec<u8>) -> StoredBody<'static> {
+        compress::compress_owned(self.inner.options.compression, true, raw)
+    }
+
+    /// Encodes `state` as a snapshot, unless it cannot fit in a record (uncompressed: the
+    /// limit counts uncompressed bytes). `estimate_bytes` sizes the buffer up front.
     pub(super) fn encode_snapshot(
         &self,
         task: &str,
@@ -211,7 +217,7 @@ impl<S: State> Store<S> {
         let payload = match &rec {
             codec::Decoded::CallBegin(b) => codec::encode(b)?,
             codec::Decoded::CallFinish(f) => codec::encode(f)?,
-            codec::Decoded::Checkpoint(c) => codec::encode_checkpoint(c)?,
+            codec::Decoded::Checkpoint(c) => self.encode_checkpoint(c)?,
             codec::Decoded::Delete(d) => codec::encode(d)?,
         };
         // Held from append to index update: compaction's barrier (an exclusive hold)
@@ -219,6 +225,15 @@ impl<S: State> Store<S> {
         let _indexing = self.inner.relocation.read();
         let appended = self.inner.backend.append(kind, &payload)?;
         self.apply_live(&rec, appended.pos, appended.bytes)
+    }
+
+    /// Encodes a checkpoint record, refusing one whose payload would exceed the backend's
+    /// limit with its body uncompressed (as the backend refuses a raw one that does).
+    pub(super) fn encode_checkpoint(&self, c: &CheckpointRec<'_>) -> Result<Vec<u8>> {
+        let payload = codec::encode_checkpoint(c)?;
+        let limit = self.inner.backend.payload_bytes_max();
+        compress::check_uncompressed_size(c, payload.len(), limit)?;
+        Ok(payload)
     }
 
     /// Applies a record this handle just made durable to the index.
@@ -261,27 +276,37 @@ pub(super) enum Reads {
 pub(super) struct CommitPlan<S> {
     pub seq: u64,
     pub created_at_ms: u64,
-    /// The encoded next state, if this commit writes a snapshot (else the delta).
-    pub snapshot: Option<Vec<u8>>,
+    /// The next state as stored (encoded, perhaps compressed), if this commit writes a
+    /// snapshot (else the delta).
+    pub snapshot: Option<StoredBody<'static>>,
     /// The next state, when at hand, for the cache.
     pub next: Option<Arc<S>>,
 }
 
 impl<S: State> CommitPlan<S> {
-    /// The checkpoint record of this plan for `task`, whose delta encodes to `delta_bytes`.
-    pub fn record<'a>(&'a self, task: &'a str, delta_bytes: &'a [u8]) -> CheckpointRec<'a> {
-        let (body_kind, body) = match &self.snapshot {
-            Some(bytes) => (Body::Snapshot, bytes.as_slice()),
-            None => (Body::Delta, delta_bytes),
-        };
+    /// The body this plan stores: its snapshot, or the delta that encodes to
+    /// `delta_bytes`, compressed as `compression` says (only now, once it is known that
+    /// the delta is written).
+    pub fn body<'a>(&'a self, compression: Compression, delta_bytes: &'a [u8]) -> StoredBody<'a> {
+        match &self.snapshot {
+            Some(s) => StoredBody {
+                kind: s.kind,
+                bytes: Cow::Borrowed(&s.bytes),
+            },
+            None => compress::compress(compression, false, delta_bytes),
+        }
+    }
+
+    /// The checkpoint record of this plan for `task`, with `body` (from [`body`](Self::body)).
+    pub fn record<'a>(&self, task: &'a str, body: &'a StoredBody<'_>) -> CheckpointRec<'a> {
         CheckpointRec {
             task,
             seq: self.seq,
             created_at_ms: self.created_at_ms,
             schema_version: S::VERSION,
-            body_kind,
+            body_kind: body.kind,
             origin: None,
-            body,
+            body: &body.bytes,
         }
     }
 }

@@ -95,7 +95,10 @@ impl<S: State> Store<S> {
             let plan =
                 self.plan_commit(task, slot, expected, delta, delta_bytes, Reads::Refused)?;
             let Some(plan) = plan else { return Ok(None) };
-            let payload = codec::encode_checkpoint(&plan.record(task, delta_bytes))?;
+            let payload = {
+                let body = plan.body(self.inner.options.compression, delta_bytes);
+                self.encode_checkpoint(&plan.record(task, &body))?
+            };
             Ok(Some((plan, payload)))
         });
         let (plan, payload) = match planned {

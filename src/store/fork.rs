@@ -20,7 +20,7 @@ impl<S: State> Store<S> {
                 ))
             });
         };
-        let body = codec::encode(&*source.state)?;
+        let body = self.stored_snapshot(codec::encode(&*source.state)?);
         self.with_task_lock(new_task, |slot| {
             if slot.data.read().latest_seq() != 0 {
                 return Err(Error::TaskExists {
@@ -34,9 +34,9 @@ impl<S: State> Store<S> {
                     seq: 1,
                     created_at_ms: now_ms(),
                     schema_version: S::VERSION,
-                    body_kind: Body::Snapshot,
+                    body_kind: body.kind,
                     origin: Some(Origin { task, seq }),
-                    body: &body,
+                    body: &body.bytes,
                 }),
             )?;
             Ok(1)

@@ -2,7 +2,8 @@
 //! descriptions for dumps, and a full decode check.
 
 use super::backend::read_record;
-use super::codec::{self, Body, Decoded};
+use super::codec::{self, CheckpointRec, Decoded};
+use super::compress;
 use super::index::CallEntry;
 use super::{Store, TASK_ID_BYTES_MAX, validate_id};
 use crate::error::Result;
@@ -59,7 +60,8 @@ pub enum BodyCheck {
     /// [`VerifyReport::bodies_not_decoded`] instead of failing: for tools (the CLI) that do
     /// not know the state type the store was written with.
     Try,
-    /// Decode no body; all of them are listed as not decoded.
+    /// Decode no body; all of them are listed as not decoded. (A compressed body is still
+    /// decompressed: a frame that does not decompress fails the verify in every mode.)
     Skip,
 }
 
@@ -78,6 +80,13 @@ pub struct VerifyReport {
     /// Checkpoint bodies that were not decoded, by schema version, ascending (empty under
     /// [`BodyCheck::Require`], which fails instead).
     pub bodies_not_decoded: Vec<UndecodedBodies>,
+    /// Checkpoint bodies stored compressed (each decompressed and checked, in every
+    /// [`BodyCheck`] mode).
+    pub bodies_compressed: u64,
+    /// Bytes of the checked checkpoint bodies as stored (compressed or not).
+    pub body_bytes_stored: u64,
+    /// Bytes of the same bodies as encoded (uncompressed).
+    pub body_bytes: u64,
 }
 
 /// Checkpoint bodies of one schema version that [`Store::verify_with`] did not decode.
@@ -118,30 +127,61 @@ pub struct RecordSummary {
     pub task: Option<String>,
     /// The checkpoint seq, for checkpoints.
     pub seq: Option<u64>,
-    /// Extra detail (call id, fork origin, decode error).
+    /// Extra detail (call id, fork origin, how a checkpoint's body is stored, decode
+    /// error).
     pub detail: String,
+    /// For a checkpoint: how its body is stored, and its sizes.
+    pub body: Option<BodySummary>,
 }
 
-/// Describes a raw log record of a store.
+/// How a checkpoint record stores its body ([`RecordSummary::body`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BodySummary {
+    /// "raw" (as encoded) or "zstd" (one zstd frame).
+    pub codec: &'static str,
+    /// Bytes of the body as stored.
+    pub stored_bytes: u64,
+    /// Bytes of the body as encoded (uncompressed): for a compressed body, the length its
+    /// record claims.
+    pub bytes: u64,
+    /// For a compressed body whose frame does not decompress to that length: why.
+    pub error: Option<String>,
+}
+
+/// Describes a raw log record of a store. A compressed checkpoint body is decompressed
+/// (within [`COMPRESSED_BODY_BYTES_MAX`](crate::COMPRESSED_BODY_BYTES_MAX)) to check it.
 pub fn describe_record(rec: &RecordRef<'_>) -> RecordSummary {
     let summary = |kind, task: &str, seq, detail| RecordSummary {
         kind,
         task: Some(task.to_string()),
         seq,
         detail,
+        body: None,
     };
     match codec::decode(rec) {
         Ok(Decoded::Checkpoint(c)) => {
-            let kind = if c.body_kind == Body::Snapshot {
-                "snapshot"
-            } else {
-                "delta"
-            };
             let origin = c
                 .origin
-                .map(|o| format!("forked from {}@{}", o.task, o.seq))
-                .unwrap_or_default();
-            summary(kind, c.task, Some(c.seq), origin)
+                .as_ref()
+                .map(|o| format!("forked from {}@{}", o.task, o.seq));
+            let body = describe_body(&c);
+            let stored = match (&body.error, c.body_kind.zstd_raw_len()) {
+                (Some(e), _) => Some(format!(
+                    "{} body of {} B, claims {} B: {e}",
+                    body.codec, body.stored_bytes, body.bytes
+                )),
+                (None, Some(_)) => Some(format!(
+                    "{} {} B of {} B",
+                    body.codec, body.stored_bytes, body.bytes
+                )),
+                (None, None) => None,
+            };
+            let detail = [stored, origin].into_iter().flatten();
+            let detail = detail.collect::<Vec<_>>().join("; ");
+            RecordSummary {
+                body: Some(body),
+                ..summary(c.body_kind.kind_name(), c.task, Some(c.seq), detail)
+            }
         }
         Ok(Decoded::CallBegin(b)) => summary(
             "call-begin",
@@ -156,7 +196,22 @@ pub fn describe_record(rec: &RecordRef<'_>) -> RecordSummary {
             task: None,
             seq: None,
             detail: e.to_string(),
+            body: None,
         },
+    }
+}
+
+/// How `c` stores its body; a compressed one is decompressed to check it.
+fn describe_body(c: &CheckpointRec<'_>) -> BodySummary {
+    let error = match c.body_kind.zstd_raw_len() {
+        Some(_) => compress::body(c).err(),
+        None => None,
+    };
+    BodySummary {
+        codec: c.body_kind.codec_name(),
+        stored_bytes: c.body.len() as u64,
+        bytes: c.raw_body_bytes(),
+        error,
     }
 }
 
@@ -252,7 +307,7 @@ impl<S: State> Store<S> {
             for (seq, cp) in (first_seq..).zip(&checkpoints) {
                 read_record(&*self.inner.backend, cp.pos, |rec| {
                     let c = super::load::indexed_checkpoint(&rec, &task, seq)?;
-                    if (c.body_kind == Body::Snapshot) != cp.snapshot {
+                    if c.body_kind.is_snapshot() != cp.snapshot {
                         let why = format!(
                             "index of task {task:?} seq {seq} expects a {} and the record is a {:?}",
                             if cp.snapshot { "Snapshot" } else { "Delta" },
@@ -260,11 +315,19 @@ impl<S: State> Store<S> {
                         );
                         return Err(codec::decode_error(&rec, why));
                     }
+                    // A compressed body is decompressed in every mode: a frame that does
+                    // not decompress is a bad record, whatever the state type.
+                    let body = super::load::stored_body(&rec, &c)?;
+                    report.body_bytes_stored += c.body.len() as u64;
+                    report.body_bytes += body.len() as u64;
+                    if c.body_kind.zstd_raw_len().is_some() {
+                        report.bodies_compressed += 1;
+                    }
                     if bodies == BodyCheck::Skip {
                         report.not_decoded(c.schema_version, || "not asked to decode".into());
                         return Ok(());
                     }
-                    match super::load::decode_body::<S>(&rec, &c) {
+                    match super::load::decode_body_bytes::<S>(&rec, &c, &body) {
                         Ok(_) => report.bodies_decoded += 1,
                         Err(e) if bodies == BodyCheck::Try => {
                             report.not_decoded(c.schema_version, || e.to_string());

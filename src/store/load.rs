@@ -222,11 +222,35 @@ pub(super) fn indexed_checkpoint<'a>(
     Ok(c)
 }
 
-/// Decodes the body of checkpoint `c` (read at `rec`) as `S` or `S::Delta`, migrating data
-/// written under another schema version. Reads nothing: every error is about the body.
+/// Decodes the body of checkpoint `c` (read at `rec`) as `S` or `S::Delta`, decompressing
+/// it first and migrating data written under another schema version. Reads nothing: every
+/// error is about the body.
 pub(super) fn decode_body<S: State>(
     rec: &RecordRef<'_>,
     c: &CheckpointRec<'_>,
+) -> Result<DecodedBody<S>> {
+    decode_body_bytes(rec, c, &stored_body(rec, c)?)
+}
+
+/// The body of checkpoint `c` (read at `rec`) as encoded: decompressed if it is stored
+/// compressed. A frame that does not decompress is [`Error::Decode`]: the record passed its
+/// checksum, so it was written so (or forged), and no state type would read it.
+pub(super) fn stored_body<'a>(
+    rec: &RecordRef<'_>,
+    c: &CheckpointRec<'a>,
+) -> Result<std::borrow::Cow<'a, [u8]>> {
+    compress::body(c).map_err(|why| {
+        let why = format!("checkpoint {} of task {:?}: {why}", c.seq, c.task);
+        codec::decode_error(rec, why)
+    })
+}
+
+/// Decodes `body`, the body of checkpoint `c` (read at `rec`) as encoded, as `S` or
+/// `S::Delta`, migrating data written under another schema version.
+pub(super) fn decode_body_bytes<S: State>(
+    rec: &RecordRef<'_>,
+    c: &CheckpointRec<'_>,
+    body: &[u8],
 ) -> Result<DecodedBody<S>> {
     // The record checked out before this point, so a body that does not decode is not
     // damage (see `Error::BodyDecode`).
@@ -238,12 +262,12 @@ pub(super) fn decode_body<S: State>(
         schema_version: c.schema_version,
         reason: e.to_string(),
     };
-    let (version, body) = (c.schema_version, c.body);
-    Ok(match (c.body_kind, version == S::VERSION) {
-        (Body::Snapshot, true) => DecodedBody::Snapshot(postcard::from_bytes(body).map_err(bad)?),
-        (Body::Snapshot, false) => DecodedBody::Snapshot(S::migrate_state(version, body)?),
-        (Body::Delta, true) => DecodedBody::Delta(postcard::from_bytes(body).map_err(bad)?),
-        (Body::Delta, false) => DecodedBody::Delta(S::migrate_delta(version, body)?),
+    let version = c.schema_version;
+    Ok(match (c.body_kind.is_snapshot(), version == S::VERSION) {
+        (true, true) => DecodedBody::Snapshot(postcard::from_bytes(body).map_err(bad)?),
+        (true, false) => DecodedBody::Snapshot(S::migrate_state(version, body)?),
+        (false, true) => DecodedBody::Delta(postcard::from_bytes(body).map_err(bad)?),
+        (false, false) => DecodedBody::Delta(S::migrate_delta(version, body)?),
     })
 }
 

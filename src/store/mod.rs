@@ -6,6 +6,7 @@ mod calls;
 pub(crate) mod codec;
 mod commit;
 mod compaction;
+mod compress;
 mod deferred;
 mod delete;
 mod export;
@@ -21,6 +22,7 @@ mod salvage;
 mod stats;
 mod types;
 
+use std::borrow::Cow;
 use std::marker::PhantomData;
 use std::path::Path;
 use std::sync::Arc;
@@ -33,12 +35,14 @@ pub(crate) use deferred::{Deferred, Reply};
 #[cfg_attr(not(feature = "postgres"), allow(unused_imports))]
 pub(crate) use export::RawCheckpoint;
 pub use inspect::{
-    BodyCheck, CallInfo, RecordSummary, TaskInfo, UndecodedBodies, VerifyReport, describe_record,
+    BodyCheck, BodySummary, CallInfo, RecordSummary, TaskInfo, UndecodedBodies, VerifyReport,
+    describe_record,
 };
 pub use types::*;
 
 use self::backend::{Backend, read_record};
-use self::codec::{Body, CheckpointRec, DeleteRec, Origin};
+use self::codec::{CheckpointRec, DeleteRec, Origin};
+use self::compress::StoredBody;
 use self::index::{CpEntry, Index, TaskData, TaskSlot};
 use crate::background::Periodic;
 use crate::error::{CorruptionReason, Error, Result};

@@ -119,5 +119,5 @@ fn validate_options(options: &Options) -> Result<()> {
             "keep_checkpoints must be at least 1 (the latest checkpoint is always kept)".into(),
         ));
     }
-    Ok(())
+    compress::validate(options.compression)
 }

@@ -101,8 +101,8 @@ pub(crate) fn note_lost(lost: &mut Vec<LostCheckpoints>, task: &str, seq: u64) {
     }
 }
 
-/// Applies one record at `pos` of `record_bytes` bytes. An error means the record does
-/// not follow from the ones before it.
+/// Applies one record at `pos` of `record_bytes` bytes (on disk: what live and dead bytes
+/// count). An error means the record does not follow from the ones before it.
 pub(crate) fn apply(
     index: &Index,
     rec: &Decoded<'_>,
@@ -117,8 +117,10 @@ pub(crate) fn apply(
                 pos,
                 created_at_ms: c.created_at_ms,
                 bytes: record_bytes,
-                snapshot: c.body_kind == super::codec::Body::Snapshot,
+                snapshot: c.body_kind.is_snapshot(),
             };
+            // The snapshot policy counts the record as if its body were uncompressed.
+            let policy_bytes = c.uncompressed_bytes(u64::from(record_bytes));
             if c.origin.is_some() && (c.seq != 1 || !entry.snapshot) {
                 return Err(format!(
                     "fork of task {:?} must start with snapshot seq 1",
@@ -126,7 +128,7 @@ pub(crate) fn apply(
                 ));
             }
             let foreign_schema = c.schema_version != index.schema_version();
-            data.push_checkpoint(c.seq, entry, foreign_schema)
+            data.push_checkpoint(c.seq, entry, policy_bytes, foreign_schema)
                 .map_err(|e| format!("task {:?}: {e}", c.task))?;
             if let Some(o) = &c.origin {
                 data.origin = Some(Box::new((o.task.into(), o.seq)));

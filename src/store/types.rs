@@ -25,6 +25,60 @@ pub const SNAPSHOT_DELTA_RATIO: u64 = 2;
 pub const SNAPSHOT_DELTA_BYTES_FLOOR: u64 = 4096;
 /// Default for [`Options::cache_bytes`].
 pub const CACHE_BYTES_DEFAULT: u64 = 64 << 20;
+/// Checkpoint bodies (encoded states and deltas) smaller than this are never compressed:
+/// below it zstd saves little or nothing for a fixed cost of about 2.5 µs per frame, and
+/// below 64 bytes it makes the body larger (bench-results/compression.md).
+pub const COMPRESSION_BODY_BYTES_MIN: usize = 512;
+/// The largest body, uncompressed, that is stored compressed (64 MiB); a larger one is
+/// stored as encoded. A reader refuses a compressed body that claims more, before it
+/// allocates anything, so a damaged or hostile record makes it allocate at most this much
+/// to decompress.
+pub const COMPRESSED_BODY_BYTES_MAX: usize = 64 << 20;
+/// The zstd level of the default [`Compression`]: level 1, which measured within 5 % of
+/// level 3's output on agent text for a third of its time on some inputs
+/// (bench-results/compression.md).
+pub const ZSTD_LEVEL_DEFAULT: i32 = 1;
+
+/// How a store writes checkpoint bodies (DESIGN.md §2.8): [`Options::compression`].
+///
+/// Compression changes only the bytes on disk. Which commits succeed, where snapshots fall
+/// (the snapshot policy and the record size limit count uncompressed bytes) and what loads
+/// return are the same under every setting, and a store reads bodies of every codec
+/// whatever it writes (a compressed one needs the `zstd` cargo feature).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Compression {
+    /// Every body as encoded.
+    None,
+    /// One zstd frame per body, at `level` (zstd's levels, 1 to 22; negative levels are
+    /// faster and weaker): every snapshot body, and with `deltas` every delta body, of at
+    /// least [`COMPRESSION_BODY_BYTES_MIN`] and at most [`COMPRESSED_BODY_BYTES_MAX`]
+    /// bytes. A body whose frame would not be at least 1/8 smaller is stored as encoded.
+    /// Needs the `zstd` cargo feature (default): without it, opening a store with this
+    /// setting is an [`InvalidArgument`](crate::Error::InvalidArgument) error.
+    Zstd {
+        /// The zstd compression level ([`ZSTD_LEVEL_DEFAULT`] by default).
+        level: i32,
+        /// Whether delta bodies are compressed too, not only snapshots. Deltas are most of
+        /// the bytes and cost about 5 µs of CPU per 2 KB delta to compress.
+        deltas: bool,
+    },
+}
+
+impl Default for Compression {
+    /// `Zstd { level: ZSTD_LEVEL_DEFAULT, deltas: true }` with the `zstd` feature (the
+    /// default), `None` without it.
+    fn default() -> Self {
+        if cfg!(feature = "zstd") {
+            Compression::Zstd {
+                level: ZSTD_LEVEL_DEFAULT,
+                deltas: true,
+            }
+        } else {
+            Compression::None
+        }
+    }
+}
 
 /// How a [`Store`](crate::Store) is opened. Every field is public; start from `default()`.
 ///
@@ -54,6 +108,10 @@ pub struct Options {
     /// Run compaction on a background thread when segments rotate (default true);
     /// `Store::compact` works either way.
     pub auto_compact: bool,
+    /// How new checkpoint bodies are stored (default: zstd level 1 for snapshots and
+    /// deltas of at least [`COMPRESSION_BODY_BYTES_MIN`] bytes, with the `zstd` feature;
+    /// see [`Compression`]). Records already written keep their codec.
+    pub compression: Compression,
 }
 
 impl Default for Options {
@@ -67,6 +125,7 @@ impl Default for Options {
             max_age: None,
             recovery: RecoveryMode::TolerateTornTail,
             auto_compact: true,
+            compression: Compression::default(),
         }
     }
 }

@@ -1,10 +1,12 @@
-//! agentwal itself: `Store::commit` with default `Options` (`agentwal`), and the same with
-//! `SyncMode::Periodic` (`agentwal-periodic`), which is not durable per commit.
+//! agentwal itself: `Store::commit` with default `Options` (`agentwal`), the same with
+//! `SyncMode::Periodic` (`agentwal-periodic`), which is not durable per commit, and with
+//! `Compression::None` (`agentwal-uncompressed`), every body as encoded; by name only
+//! (`AGENTWAL_BENCH_BACKENDS`), `agentwal-zstd-snapshots`: only snapshots compressed.
 
 use std::path::Path;
 use std::time::Duration;
 
-use agentwal::{AgentState, Options, Store, SyncMode};
+use agentwal::{AgentState, Compression, Options, Store, SyncMode, ZSTD_LEVEL_DEFAULT};
 use plotters::style::RGBColor;
 
 use super::Backend;
@@ -18,12 +20,15 @@ pub struct Agentwal {
     name: &'static str,
     color: RGBColor,
     sync: SyncMode,
+    /// `None`: the default `Options::compression`.
+    compression: Option<Compression>,
 }
 
 pub const AGENTWAL: Agentwal = Agentwal {
     name: "agentwal",
     color: RGBColor(0xD6, 0x27, 0x28),
     sync: SyncMode::Always,
+    compression: None,
 };
 
 /// Outside the targets: a commit returns once written, and an fdatasync every 10 ms makes
@@ -32,6 +37,27 @@ pub const AGENTWAL_PERIODIC: Agentwal = Agentwal {
     name: "agentwal-periodic",
     color: RGBColor(0xF4, 0xA5, 0x82),
     sync: SyncMode::Periodic(Duration::from_millis(10)),
+    compression: None,
+};
+
+/// Outside the targets: `agentwal` with every body stored as encoded, beside it in every
+/// run, so that what compression saves and costs shows in one run.
+pub const AGENTWAL_UNCOMPRESSED: Agentwal = Agentwal {
+    name: "agentwal-uncompressed",
+    color: RGBColor(0x8C, 0x1A, 0x1B),
+    sync: SyncMode::Always,
+    compression: Some(Compression::None),
+};
+
+/// By name only: `agentwal` with only snapshots compressed (the deltas as encoded).
+pub const AGENTWAL_ZSTD_SNAPSHOTS: Agentwal = Agentwal {
+    name: "agentwal-zstd-snapshots",
+    color: RGBColor(0xE3, 0x77, 0xC2),
+    sync: SyncMode::Always,
+    compression: Some(Compression::Zstd {
+        level: ZSTD_LEVEL_DEFAULT,
+        deltas: false,
+    }),
 };
 
 impl Backend for Agentwal {
@@ -50,9 +76,11 @@ impl Backend for Agentwal {
     fn run(&self, cfg: &Config, dir: &Path, threads: usize) -> Measurement {
         let payload = delta_payload(threads, cfg.steps);
         let io = io_counters();
+        let d = Options::default();
         let options = Options {
             sync: self.sync,
-            ..Options::default()
+            compression: self.compression.unwrap_or(d.compression),
+            ..d
         };
         let store: Store = Store::open_with(dir, options).expect("open agentwal");
         let times = drive(

@@ -65,12 +65,16 @@ pub trait Backend: Sync {
 pub static ALL: &[&dyn Backend] = &[
     &AGENTWAL,
     &agentwal::AGENTWAL_PERIODIC,
+    &agentwal::AGENTWAL_UNCOMPRESSED,
     &SQLITE_SEED,
     &SQLITE_DELTA,
     &OKAYWAL,
     &fsync_floor::FSYNC_FLOOR,
     &FSYNC_FLOOR_GROUP,
 ];
+
+/// Backends run only when `AGENTWAL_BENCH_BACKENDS` names them.
+pub static BY_NAME_ONLY: &[&dyn Backend] = &[&agentwal::AGENTWAL_ZSTD_SNAPSHOTS];
 
 /// The PostgreSQL suite (`AGENTWAL_BENCH_SUITE=postgres`, built with `--features
 /// postgres`): agentwal on PostgreSQL and `postgres-seed` on one throwaway cluster, with the

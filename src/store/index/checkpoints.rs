@@ -264,7 +264,7 @@ pub(super) mod tests {
     fn out_of_range_checkpoint_is_refused_not_mangled() {
         let mut d = TaskData::default();
         let far = entry(1, 40, u64::MAX, 10, true);
-        assert!(d.push_checkpoint(1, far, false).is_err());
+        assert!(d.push_checkpoint(1, far, 0, false).is_err());
         assert_eq!((d.latest_seq(), d.snapshot_bytes), (0, 0));
     }
 
@@ -275,7 +275,8 @@ pub(super) mod tests {
             .map(|i| entry(1 + i / 4, 40 * i, 1000 + i, i as u32, i % 5 == 1))
             .collect();
         for (i, e) in all.iter().enumerate() {
-            d.push_checkpoint(i as u64 + 1, *e, false).unwrap();
+            d.push_checkpoint(i as u64 + 1, *e, u64::from(e.bytes), false)
+                .unwrap();
             assert_eq!(d.checkpoints.iter().collect::<Vec<_>>(), all[..=i]);
             let spilled = matches!(d.checkpoints.0, CpRepr::Heap(_));
             assert_eq!(spilled, i >= INLINE_CHECKPOINTS);

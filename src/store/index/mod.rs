@@ -155,7 +155,7 @@ mod tests {
         let used = index.get_or_create("used");
         used.data
             .write()
-            .push_checkpoint(1, entry(1, 40, 0, 10, true), false)
+            .push_checkpoint(1, entry(1, 40, 0, 10, true), 10, false)
             .unwrap();
         drop(used);
         index.remove_if_unused("used");

@@ -16,7 +16,10 @@ pub(crate) struct TaskData {
     /// The task and seq this task was forked from; boxed, as few tasks are forks.
     pub origin: Option<Box<(Box<str>, u64)>>,
     pub calls: Calls,
-    /// Snapshot policy inputs: deltas and their bytes since the last snapshot.
+    /// Snapshot policy inputs: deltas and their bytes since the last snapshot, and the
+    /// last snapshot's bytes. Bytes of whole records as if their bodies were uncompressed
+    /// (`CheckpointRec::uncompressed_bytes`), so compression moves no snapshot; the index
+    /// entries' `bytes` are the records' sizes on disk.
     pub deltas_since_snapshot: u32,
     pub delta_bytes_since_snapshot: u64,
     pub snapshot_bytes: u64,
@@ -50,11 +53,14 @@ impl TaskData {
     /// or any seq once compaction dropped the checkpoints retention no longer needs: the
     /// log keeps every record of a prefix of segments it did not compact, so a task's
     /// surviving history may start mid-chain ("headless") until its next snapshot.
-    /// `foreign_schema`: the record's schema version is not the index's.
+    /// `policy_bytes`: what the snapshot policy counts of the record (its size with its
+    /// body uncompressed). `foreign_schema`: the record's schema version is not the
+    /// index's.
     pub fn push_checkpoint(
         &mut self,
         seq: u64,
         entry: CpEntry,
+        policy_bytes: u64,
         foreign_schema: bool,
     ) -> Result<(), String> {
         let expected = self.latest_seq() + 1;
@@ -71,11 +77,11 @@ impl TaskData {
         if entry.snapshot {
             self.deltas_since_snapshot = 0;
             self.delta_bytes_since_snapshot = 0;
-            self.snapshot_bytes = u64::from(entry.bytes);
+            self.snapshot_bytes = policy_bytes;
             self.foreign_schema = foreign_schema;
         } else {
             self.deltas_since_snapshot += 1;
-            self.delta_bytes_since_snapshot += u64::from(entry.bytes);
+            self.delta_bytes_since_snapshot += policy_bytes;
             self.foreign_schema |= foreign_schema;
         }
         Ok(())
@@ -192,17 +198,17 @@ mod tests {
     #[test]
     fn a_snapshot_of_this_version_clears_the_foreign_schema_mark() {
         let mut d = TaskData::default();
-        d.push_checkpoint(1, entry(1, 40, 0, 10, true), false)
+        d.push_checkpoint(1, entry(1, 40, 0, 10, true), 10, false)
             .unwrap();
-        d.push_checkpoint(2, entry(1, 80, 0, 10, false), true)
+        d.push_checkpoint(2, entry(1, 80, 0, 10, false), 10, true)
             .unwrap();
-        d.push_checkpoint(3, entry(1, 120, 0, 10, false), false)
+        d.push_checkpoint(3, entry(1, 120, 0, 10, false), 10, false)
             .unwrap();
         assert!(d.foreign_schema, "a delta since the snapshot is foreign");
-        d.push_checkpoint(4, entry(1, 160, 0, 10, true), false)
+        d.push_checkpoint(4, entry(1, 160, 0, 10, true), 10, false)
             .unwrap();
         assert!(!d.foreign_schema);
-        d.push_checkpoint(5, entry(1, 200, 0, 10, true), true)
+        d.push_checkpoint(5, entry(1, 200, 0, 10, true), 10, true)
             .unwrap();
         assert!(d.foreign_schema, "a foreign snapshot is the new fold base");
     }

@@ -33,8 +33,13 @@ pub fn dump(dir: &Path, only_segment: Option<u64>, json: bool) -> Outcome {
         let records: Vec<J> = rows
             .iter()
             .map(|(lsn, seg, off, len, d)| {
+                let body = d.body.as_ref().map(|b| {
+                    json!({"codec": b.codec, "stored_bytes": b.stored_bytes, "bytes": b.bytes,
+                           "error": b.error})
+                });
                 json!({"lsn": lsn, "kind": d.kind, "task": d.task, "seq": d.seq, "length": len,
-                       "segment": agentwal::log::segment_file_name(*seg), "offset": off, "detail": d.detail})
+                       "segment": agentwal::log::segment_file_name(*seg), "offset": off, "detail": d.detail,
+                       "body": body})
             })
             .collect();
         let bad: Vec<J> = corrupt

@@ -253,6 +253,9 @@ fn report_json(
         "tasks": report.map(|r| r.tasks), "checkpoints": report.map(|r| r.checkpoints),
         "calls": report.map(|r| r.calls),
         "bodies_decoded": report.map(|r| r.bodies_decoded),
+        "bodies_compressed": report.map(|r| r.bodies_compressed),
+        "body_bytes_stored": report.map(|r| r.body_bytes_stored),
+        "body_bytes": report.map(|r| r.body_bytes),
         "bodies_not_decoded": report.map(|_| undecoded),
         "error": error.map(|(e, (segment, offset))| json!({
             "message": e, "corruption": corruption, "segment": segment, "offset": offset,
@@ -305,6 +308,16 @@ fn print_checked(report: Option<&VerifyReport>) {
             r.bodies_decoded,
             bodies(r.bodies_decoded)
         );
+        if r.bodies_compressed > 0 {
+            println!(
+                "{} of {} checkpoint {} stored compressed (zstd); all bodies: {} stored, {} uncompressed",
+                r.bodies_compressed,
+                r.checkpoints,
+                bodies(r.checkpoints),
+                render::size(r.body_bytes_stored),
+                render::size(r.body_bytes)
+            );
+        }
         for u in &r.bodies_not_decoded {
             println!(
                 "{} checkpoint {} not decoded (schema version {}): {NOT_AGENT_STATE}; \
