@@ -33,6 +33,8 @@ fn options() -> Options {
         segment_bytes: 4096,
         snapshot_every: 4,
         auto_compact: false,
+        // Bodies stored as the fixture's were: the tests plan rotations by their sizes.
+        compression: agentwal::Compression::None,
         ..Options::default()
     }
 }
