@@ -243,38 +243,48 @@ def test_an_unknown_outcome_is_indeterminate_and_resolves(pg):
 
 def test_threads_overlap_on_the_network(pg):
     """8 threads committing: the GIL is released during each call, so they overlap (the
-    wall time is well under 8 times one thread's), and a Python thread keeps running."""
+    wall time is well under 8 times one thread's), and a Python thread keeps running.
+
+    Timed three times, on a shared machine: one attempt under 6 times one thread's time is
+    enough (a binding that held the GIL would serialize all three), and the ticker must run
+    in every one."""
     n = 25
 
     def work(task):
         for i in range(n):
             pg.commit(task, {"set": {"i": i}})
 
-    t0 = time.monotonic()
-    work("solo")
-    solo = time.monotonic() - t0
-    ticks = [0]
-    stop = threading.Event()
+    attempts = []
+    for attempt in range(3):
+        t0 = time.monotonic()
+        work(f"solo{attempt}")
+        solo = time.monotonic() - t0
+        ticks = [0]
+        stop = threading.Event()
 
-    def ticker():
-        while not stop.is_set():
-            ticks[0] += 1
-            time.sleep(0.001)
+        def ticker():
+            while not stop.is_set():
+                ticks[0] += 1
+                time.sleep(0.001)
 
-    tick = threading.Thread(target=ticker)
-    tick.start()
-    threads = [threading.Thread(target=work, args=(f"t{k}",)) for k in range(8)]
-    t0 = time.monotonic()
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    both = time.monotonic() - t0
-    stop.set()
-    tick.join()
-    assert all(pg.load_latest(f"t{k}").seq == n for k in range(8))
-    assert both < 6 * solo, (solo, both)
-    assert ticks[0] > 10
+        tick = threading.Thread(target=ticker)
+        tick.start()
+        tasks = [f"a{attempt}t{k}" for k in range(8)]
+        threads = [threading.Thread(target=work, args=(t,)) for t in tasks]
+        t0 = time.monotonic()
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        both = time.monotonic() - t0
+        stop.set()
+        tick.join()
+        assert all(pg.load_latest(t).seq == n for t in tasks)
+        assert ticks[0] > 10, ticks
+        attempts.append((solo, both))
+        if both < 6 * solo:
+            break
+    assert any(both < 6 * solo for solo, both in attempts), attempts
 
 
 def test_the_exception_classes():
