@@ -3,11 +3,16 @@
 use std::path::Path;
 use std::time::Duration;
 
+use serde::{Deserialize, Serialize};
+
 use crate::harness::RunTimes;
 use crate::metering::dir_usage;
 
-/// One backend's figures at one T (or the median over rounds).
-#[derive(Debug, Clone, Default)]
+/// One backend's figures at one T (or the median over rounds). Serialized: a fresh-process
+/// child hands its run to the parent as JSON, and `workload.json` keeps every round; a
+/// field missing from an older file reads as its default.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Measurement {
     pub commits: f64,
     pub commits_per_s: f64,
