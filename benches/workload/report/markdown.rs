@@ -351,7 +351,10 @@ fn details(w: &mut String, cfg: &Config, run: &Run) {
          CPU in commit: CPU time (user + system, `CLOCK_THREAD_CPUTIME_ID`) the committing \
          threads spent inside their commit calls, per commit: the store's own work plus the \
          write and fdatasync system calls of the commits that led a batch; background threads \
-         (okaywal's, agentwal-periodic's flusher) are not counted.\n",
+         (okaywal's, agentwal-periodic's flusher) are not counted. Page faults: minor faults \
+         of the whole process from the common start to the last worker's end, per commit \
+         (first touches of memory: a fresh process has more of them than one whose heap \
+         earlier runs grew).\n",
         if cfg.calm_us > 0.0 {
             format!(
                 " (runs waited up to 30 s for it to fall to {} or less: AGENTWAL_BENCH_CALM_US={})",
@@ -364,9 +367,9 @@ fn details(w: &mut String, cfg: &Config, run: &Run) {
     );
     let _ = writeln!(
         w,
-        "| backend | T | commits/s per round | disk probe per round | max commit | CPU in commit | other |"
+        "| backend | T | commits/s per round | disk probe per round | max commit | CPU in commit | page faults / commit | other |"
     );
-    let _ = writeln!(w, "|---|---:|---|---|---:|---:|---|");
+    let _ = writeln!(w, "|---|---:|---|---|---:|---:|---:|---|");
     for &t in &cfg.threads {
         for &b in &cfg.backends {
             let Some(rounds) = run.rounds.get(&(t, b.name())) else {
@@ -387,12 +390,13 @@ fn details(w: &mut String, cfg: &Config, run: &Run) {
             }
             let _ = writeln!(
                 w,
-                "| {} | {t} | {} | {} | {} | {:.1} µs | {} |",
+                "| {} | {t} | {} | {} | {} | {:.1} µs | {:.1} | {} |",
                 b.name(),
                 per_round.join(" / "),
                 probes.join(" / "),
                 fmt_ms(m.max_ms),
                 m.step_cpu_us,
+                m.faults_per_commit,
                 other.join("; ")
             );
         }
