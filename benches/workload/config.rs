@@ -10,6 +10,27 @@ use crate::backends::{self, Backend};
 /// 4 minutes.
 pub const FULL_ROUNDS_DEFAULT: usize = 9;
 
+/// Where each backend run happens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Process {
+    /// Every run in this process, one after another (the default).
+    InProcess,
+    /// `AGENTWAL_BENCH_PROCESS=fresh`: each (backend, T, round) in a fresh child process of
+    /// this binary (`fresh`), so no run inherits another's heap, threads or allocator arenas:
+    /// the setup of the independent harness whose figures disagreed with this bench's.
+    Fresh,
+}
+
+impl Process {
+    /// The name in the report, the JSON results and `AGENTWAL_BENCH_PROCESS`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Process::InProcess => "in-process",
+            Process::Fresh => "fresh",
+        }
+    }
+}
+
 /// Which benchmark a run is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Suite {
@@ -23,6 +44,7 @@ pub enum Suite {
 pub struct Config {
     pub quick: bool,
     pub suite: Suite,
+    pub process: Process,
     pub steps: usize,
     pub threads: Vec<usize>,
     pub rounds: usize,
@@ -36,6 +58,9 @@ pub struct Config {
     pub calm_us: f64,
     pub base: PathBuf,
     pub out_dir: PathBuf,
+    /// `AGENTWAL_BENCH_BASELINE`: the JSON results (`workload.json`) of an earlier run, which
+    /// the p99 no-regression target compares against.
+    pub baseline: Option<PathBuf>,
 }
 
 fn env_parse<T: std::str::FromStr>(name: &str) -> Option<T> {
@@ -58,6 +83,21 @@ fn threads_from_env(quick: bool) -> Vec<usize> {
     }
 }
 
+fn process_from_env(suite: Suite) -> Process {
+    let process = match std::env::var("AGENTWAL_BENCH_PROCESS").as_deref() {
+        Err(_) | Ok("") | Ok("in-process") => Process::InProcess,
+        Ok("fresh") => Process::Fresh,
+        Ok(other) => panic!("AGENTWAL_BENCH_PROCESS={other:?}: in-process or fresh"),
+    };
+    // The PostgreSQL peers reach the cluster this process started through a URL held in a
+    // static; a child would have to be handed it, and nothing has needed that yet.
+    assert!(
+        process == Process::InProcess || suite == Suite::Local,
+        "AGENTWAL_BENCH_PROCESS=fresh runs the local suite only"
+    );
+    process
+}
+
 fn suite_from_env() -> Suite {
     match std::env::var("AGENTWAL_BENCH_SUITE").as_deref() {
         Err(_) | Ok("") | Ok("local") => Suite::Local,
@@ -67,7 +107,7 @@ fn suite_from_env() -> Suite {
 }
 
 /// Every backend this build has.
-fn known() -> Vec<&'static dyn Backend> {
+pub fn known() -> Vec<&'static dyn Backend> {
     let mut all = backends::ALL.to_vec();
     all.extend_from_slice(backends::BY_NAME_ONLY);
     #[cfg(feature = "postgres")]
@@ -122,6 +162,7 @@ impl Config {
         Config {
             quick,
             suite,
+            process: process_from_env(suite),
             steps: env_parse("AGENTWAL_BENCH_STEPS").unwrap_or(if quick { 20 } else { 200 }),
             threads: threads_from_env(quick),
             rounds: env_parse("AGENTWAL_BENCH_ROUNDS").unwrap_or(if quick {
@@ -155,6 +196,16 @@ impl Config {
                 },
                 PathBuf::from,
             ),
+            baseline: std::env::var_os("AGENTWAL_BENCH_BASELINE").map(PathBuf::from),
+        }
+    }
+
+    /// The report's file name stem: a fresh-process run writes beside an in-process one
+    /// instead of over it.
+    pub fn report_stem(&self) -> &'static str {
+        match self.process {
+            Process::InProcess => "workload",
+            Process::Fresh => "workload-fresh",
         }
     }
 

@@ -10,7 +10,7 @@ use agentwal::{AgentDelta, AgentState};
 use crate::config::Config;
 use crate::generator::{make_delta, task_id};
 use crate::measurement::median_duration;
-use crate::metering::thread_cpu_ns;
+use crate::metering::{minor_faults, thread_cpu_ns};
 
 /// What `drive` measured.
 pub struct RunTimes {
@@ -19,6 +19,9 @@ pub struct RunTimes {
     pub latencies: Vec<u64>,
     /// CPU time (user + system) the committing threads spent inside `step`, in nanoseconds.
     pub step_cpu_ns: u64,
+    /// Minor page faults of the whole process from the common start until every worker
+    /// was joined (background threads included).
+    pub minor_faults: u64,
 }
 
 /// Runs the workload: `threads` threads, one task each, `steps` steps; `init` makes a
@@ -31,7 +34,7 @@ pub fn drive<W>(
     step: impl Fn(&mut W, &str, u64, &AgentDelta) + Sync,
 ) -> RunTimes {
     let start_line = Barrier::new(threads + 1);
-    let (started, finished, mut latencies, step_cpu_ns) = std::thread::scope(|s| {
+    let (started, finished, mut latencies, step_cpu_ns, minor_faults) = std::thread::scope(|s| {
         let workers: Vec<_> = (0..threads)
             .map(|task| {
                 let (start_line, init, step) = (&start_line, &init, &step);
@@ -58,6 +61,8 @@ pub fn drive<W>(
             })
             .collect();
         start_line.wait();
+        // After the barrier: every worker's `init` (an SQLite connection, say) is done.
+        let faults = minor_faults();
         let mut started: Option<Instant> = None;
         let mut finished: Option<Instant> = None;
         let mut all = Vec::with_capacity(threads * steps);
@@ -69,15 +74,17 @@ pub fn drive<W>(
             all.extend(l);
             cpu_ns += c;
         }
+        let faults = minor_faults() - faults;
         let started = started.expect("at least one worker");
         let finished = finished.expect("at least one worker");
-        (started, finished, all, cpu_ns)
+        (started, finished, all, cpu_ns, faults)
     });
     latencies.sort_unstable();
     RunTimes {
         wall: finished - started,
         latencies,
         step_cpu_ns,
+        minor_faults,
     }
 }
 

@@ -70,17 +70,33 @@
 //! `AGENTWAL_BENCH_BACKENDS` (comma-separated names, e.g. `agentwal,okaywal`, for
 //! profiling), `AGENTWAL_BENCH_LARGE_MIB`, `AGENTWAL_BENCH_INDEX_TASKS` (0 skips),
 //! `AGENTWAL_BENCH_CALM_US` (before each backend run, wait up to 30 s until a 4 KiB
-//! fdatasync probe takes at most this long: for shared machines), `AGENTWAL_BENCH_DIR`
+//! fdatasync probe takes at most this long: for shared machines), `AGENTWAL_BENCH_DIR`,
+//! `AGENTWAL_BENCH_OUT` (where the report goes), `AGENTWAL_BENCH_LARGE_MIB=0` (no large
+//! store), `AGENTWAL_BENCH_PROCESS` and `AGENTWAL_BENCH_BASELINE` (below).
+//!
+//! # Fresh processes
+//! `AGENTWAL_BENCH_PROCESS=fresh cargo bench --bench workload`: every (backend, T, round)
+//! runs in a fresh child process of this binary (`fresh`), in the same rotating order, and
+//! the parent reports the medians and ratios as an in-process run does, to
+//! `workload-fresh.md` / `.svg` / `.json`, without the large-store and index-memory
+//! experiments. With `AGENTWAL_BENCH_QUICK=1` it is the CI smoke run's size.
+//!
+//! # Machine-readable results and a baseline
+//! Every run also writes `workload.json` (or `workload-fresh.json`): every round of every
+//! backend. `AGENTWAL_BENCH_BASELINE=<such a file>` makes the p99 no-regression target
+//! (a v2 target) compare agentwal's p99 at the largest T against that run's
+//! (`bench-results/workload-v1-baseline.md` says how the v1 baseline was made).
 //!
 //! # Layout
 //! `config` (environment), `generator` (the deltas), `harness` (runs and times a backend's
 //! commits and loads), `backends` (one file per store, behind the `Backend` trait),
 //! `measurement` (figures and medians), `metering` (/proc, block-device counters, disk
 //! probe), `large_store` and `index_memory` (the agentwal-only experiments), `targets`,
-//! `provenance` and `report` (Markdown and SVG).
+//! `provenance` and `report` (Markdown, SVG and JSON), `fresh` (the fresh-process mode).
 
 mod backends;
 mod config;
+mod fresh;
 mod generator;
 mod harness;
 mod index_memory;
@@ -96,7 +112,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use backends::Backend;
-use config::Config;
+use config::{Config, Process};
 use index_memory::{CHILD_ENV, IndexMemory, index_memory, index_memory_child};
 use large_store::{LargeStore, large_store};
 use measurement::Measurement;
@@ -106,9 +122,13 @@ use report::{fmt_bytes, fmt_ms, fmt_rate};
 pub struct Run {
     /// Per T, per backend name: one measurement per round.
     pub rounds: BTreeMap<(usize, &'static str), Vec<Measurement>>,
-    pub large: LargeStore,
+    /// `None` in the fresh-process mode: the experiments outside the workload are the
+    /// in-process run's.
+    pub large: Option<LargeStore>,
     pub index: Vec<IndexMemory>,
     pub elapsed: Duration,
+    /// The rounds of the run named by `AGENTWAL_BENCH_BASELINE`, if any.
+    pub baseline: Option<report::json::Baseline>,
 }
 
 impl Run {
@@ -124,6 +144,10 @@ fn main() {
         index_memory_child(Path::new(&dir));
         return;
     }
+    if let Ok(spec) = std::env::var(fresh::CHILD_ENV) {
+        fresh::child(&spec);
+        return;
+    }
     // `cargo bench` passes `--bench`; with `cargo test --benches` (`--test`) do nothing.
     if std::env::args().any(|a| a == "--test" || a == "--list") {
         return;
@@ -132,15 +156,19 @@ fn main() {
     metering::count_device_of(&cfg.base);
     let started = Instant::now();
     eprintln!(
-        "workload bench: {} mode, S = {}, T = {:?}, {} round(s), stores under {}",
+        "workload bench: {} mode, {}, S = {}, T = {:?}, {} round(s), stores under {}",
         if cfg.quick { "quick" } else { "full" },
+        cfg.process.name(),
         cfg.steps,
         cfg.threads,
         cfg.rounds,
         cfg.base.display()
     );
     let _cluster = postgres_cluster(&cfg);
-    let rounds = run_rounds(&cfg);
+    let rounds = match cfg.process {
+        Process::InProcess => run_rounds(&cfg, &|b, t, round| run_one(&cfg, b, t, round)),
+        Process::Fresh => run_rounds(&cfg, &fresh::run_in_child),
+    };
     #[cfg(feature = "postgres")]
     if cfg.suite == config::Suite::Postgres {
         let cluster = _cluster.as_ref().expect("the suite has PG peers");
@@ -148,13 +176,19 @@ fn main() {
         report::postgres::write(&cfg, &rounds, cluster, started.elapsed(), &prov);
         return;
     }
-    eprintln!(
-        "large-store recovery: building {}",
-        fmt_bytes(cfg.large_store_bytes as f64)
-    );
-    let large = large_store(&cfg);
+    let baseline = cfg.baseline.as_deref().map(report::json::read_baseline);
+    // Both experiments measure agentwal alone, the large store over ~1 GiB and index
+    // memory already in a child process: a fresh-process run repeats neither.
+    let fresh = cfg.process == Process::Fresh;
+    let large = (!fresh && cfg.large_store_bytes > 0).then(|| {
+        eprintln!(
+            "large-store recovery: building {}",
+            fmt_bytes(cfg.large_store_bytes as f64)
+        );
+        large_store(&cfg)
+    });
     let mut index = Vec::new();
-    if cfg.index_tasks > 0 {
+    if !fresh && cfg.index_tasks > 0 {
         for per_task in [1, 8] {
             eprintln!(
                 "index memory: {} tasks × {per_task} checkpoints",
@@ -168,6 +202,7 @@ fn main() {
         large,
         index,
         elapsed: started.elapsed(),
+        baseline,
     };
     let prov = provenance::provenance(&cfg);
     report::write(&cfg, &run, &prov);
@@ -198,8 +233,12 @@ fn postgres_cluster(_: &Config) -> Option<()> {
     None
 }
 
-/// Every backend at every T, `cfg.rounds` times.
-fn run_rounds(cfg: &Config) -> BTreeMap<(usize, &'static str), Vec<Measurement>> {
+/// Every backend at every T, `cfg.rounds` times, each run measured by `measure(backend,
+/// T, round)`: in this process or in a fresh child.
+fn run_rounds(
+    cfg: &Config,
+    measure: &dyn Fn(&'static dyn Backend, usize, usize) -> Measurement,
+) -> BTreeMap<(usize, &'static str), Vec<Measurement>> {
     let mut rounds: BTreeMap<_, Vec<Measurement>> = BTreeMap::new();
     for round in 0..cfg.rounds {
         for &t in &cfg.threads {
@@ -207,7 +246,7 @@ fn run_rounds(cfg: &Config) -> BTreeMap<(usize, &'static str), Vec<Measurement>>
             let n = cfg.backends.len();
             for k in 0..n {
                 let b = cfg.backends[(k + round) % n];
-                let m = run_one(cfg, b, t, round);
+                let m = measure(b, t, round);
                 rounds.entry((t, b.name())).or_default().push(m);
             }
         }
@@ -215,7 +254,8 @@ fn run_rounds(cfg: &Config) -> BTreeMap<(usize, &'static str), Vec<Measurement>>
     rounds
 }
 
-/// One backend at T = `t` in a fresh directory, after the disk probe.
+/// One backend at T = `t` in a fresh directory, after the disk probe (in the fresh-process
+/// mode, all a child does).
 fn run_one(cfg: &Config, b: &dyn Backend, t: usize, round: usize) -> Measurement {
     let dir = cfg.tmpdir(&format!("bench-workload-{}-", b.name()));
     let probe = metering::wait_for_calm_disk(cfg);

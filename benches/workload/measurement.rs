@@ -3,11 +3,16 @@
 use std::path::Path;
 use std::time::Duration;
 
+use serde::{Deserialize, Serialize};
+
 use crate::harness::RunTimes;
 use crate::metering::dir_usage;
 
-/// One backend's figures at one T (or the median over rounds).
-#[derive(Debug, Clone, Default)]
+/// One backend's figures at one T (or the median over rounds). Serialized: a fresh-process
+/// child hands its run to the parent as JSON, and `workload.json` keeps every round; a
+/// field missing from an older file reads as its default.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Measurement {
     pub commits: f64,
     pub commits_per_s: f64,
@@ -41,6 +46,8 @@ pub struct Measurement {
     pub probe_us: f64,
     /// CPU time the committing threads spent inside a commit, per commit (µs).
     pub step_cpu_us: f64,
+    /// Minor page faults of the process during the commits, per commit.
+    pub faults_per_commit: f64,
 }
 
 impl Measurement {
@@ -61,6 +68,7 @@ impl Measurement {
             delta_postcard: payload.0 as f64,
             delta_json: payload.1 as f64,
             step_cpu_us: times.step_cpu_ns as f64 / 1e3 / commits.max(1.0),
+            faults_per_commit: times.minor_faults as f64 / commits.max(1.0),
             ..Measurement::default()
         }
     }
@@ -107,6 +115,7 @@ impl Measurement {
             load_read_bytes: med_opt(&|m| m.load_read_bytes),
             probe_us: med(&|m| m.probe_us),
             step_cpu_us: med(&|m| m.step_cpu_us),
+            faults_per_commit: med(&|m| m.faults_per_commit),
         }
     }
 }

@@ -119,6 +119,17 @@ pub fn thread_cpu_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
+/// Minor page faults of this process so far (every thread's): memory touched for the first
+/// time, which a fresh process pays for where a long-lived one reuses its heap.
+pub fn minor_faults() -> u64 {
+    // SAFETY: all-zero bytes are a valid `rusage` (integers and timevals).
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: `usage` is a valid, writable rusage; RUSAGE_SELF is a constant Linux knows.
+    let rc = unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) };
+    assert_eq!(rc, 0, "getrusage(RUSAGE_SELF)");
+    usage.ru_minflt as u64
+}
+
 /// (RssAnon, RssFile) of this process, in bytes.
 pub fn rss() -> (i64, i64) {
     let status = std::fs::read_to_string("/proc/self/status").expect("read /proc/self/status");

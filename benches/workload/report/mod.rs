@@ -1,6 +1,7 @@
-//! The report: the Markdown tables (`markdown`), the SVG chart (`svg`) and the number
-//! formats both use.
+//! The report: the Markdown tables (`markdown`), the SVG chart (`svg`), the JSON results
+//! (`json`) and the number formats they use.
 
+pub mod json;
 pub mod markdown;
 #[cfg(feature = "postgres")]
 pub mod postgres;
@@ -10,16 +11,25 @@ use crate::Run;
 use crate::config::Config;
 use crate::provenance::Provenance;
 
-/// Prints the Markdown report and writes it and the chart to `cfg.out_dir`.
+/// Prints the Markdown report and writes it, the chart and the JSON results to
+/// `cfg.out_dir` (`workload.*`, or `workload-fresh.*` for a fresh-process run).
 pub fn write(cfg: &Config, run: &Run, prov: &Provenance) {
     let md = markdown::markdown(cfg, run, prov);
     println!("{md}");
     std::fs::create_dir_all(&cfg.out_dir).expect("create the output directory");
-    let md_path = cfg.out_dir.join("workload.md");
+    let stem = cfg.report_stem();
+    let md_path = cfg.out_dir.join(format!("{stem}.md"));
     std::fs::write(&md_path, &md).expect("write the Markdown report");
-    let svg_path = cfg.out_dir.join("workload.svg");
+    let svg_path = cfg.out_dir.join(format!("{stem}.svg"));
     svg::write_svg(&svg_path, cfg, run, prov).expect("write the SVG chart");
-    eprintln!("wrote {} and {}", md_path.display(), svg_path.display());
+    let json_path = cfg.out_dir.join(format!("{stem}.json"));
+    std::fs::write(&json_path, json::json(cfg, run, prov)).expect("write the JSON results");
+    eprintln!(
+        "wrote {}, {} and {}",
+        md_path.display(),
+        svg_path.display(),
+        json_path.display()
+    );
 }
 
 pub fn fmt_bytes(b: f64) -> String {

@@ -84,8 +84,9 @@ where
 {
     area.draw(&Text::new(
         format!(
-            "agentwal workload benchmark ({} mode, S = {} steps per task, median of {} round(s))",
+            "agentwal workload benchmark ({} mode, {}, S = {} steps per task, median of {} round(s))",
             if cfg.quick { "quick" } else { "full" },
+            cfg.process.name(),
             cfg.steps,
             cfg.rounds
         ),
