@@ -45,7 +45,6 @@ pub fn targets(cfg: &Config, run: &Run) -> Vec<Target> {
     }
     out.extend(disk_vs_seed(run, tmax, &a));
     out.extend(bytes_written(tmax, &a));
-    out.push(disk_vs_deltas(tmax, &a));
     out.extend(load_vs_seed(cfg, run, tmax, &a));
     out.extend(large_recovery(run));
     out.extend(index_memory(run));
@@ -248,21 +247,6 @@ fn bytes_written(tmax: usize, a: &Measurement) -> [Target; 2] {
             met: Some(written <= 3.0),
         },
     ]
-}
-
-/// Issue 14's compression target: the store's files after the run (preallocated space
-/// included: segments grow in 4 MiB steps) at most half the encoded deltas.
-fn disk_vs_deltas(tmax: usize, a: &Measurement) -> Target {
-    let disk = a.disk_bytes / a.delta_postcard;
-    let log = a.log_bytes.unwrap_or(f64::INFINITY) / a.delta_postcard;
-    Target {
-        what: format!("bytes on disk ≤ 0.5× the delta payload (T={tmax})"),
-        measured: format!(
-            "{disk:.2}× ({} of files; their records {log:.2}×)",
-            fmt_bytes(a.disk_bytes)
-        ),
-        met: disk <= 0.5,
-    }
 }
 
 fn load_vs_seed(cfg: &Config, run: &Run, tmax: usize, a: &Measurement) -> Option<Target> {
