@@ -27,7 +27,9 @@ use agentwal::{AgentDelta, Compression, Message, Options, Store, SyncMode};
 const SEGMENT_BYTES: u64 = 4 << 20;
 
 fn env(name: &str, default: usize) -> usize {
-    std::env::var(name).ok().map_or(default, |v| v.parse().expect(name))
+    std::env::var(name)
+        .ok()
+        .map_or(default, |v| v.parse().expect(name))
 }
 
 /// splitmix64 word salad, so the deltas compress about as the workload bench's do.
@@ -81,7 +83,9 @@ fn warm(dir: &Path) -> u64 {
     let mut step = 0;
     while store.stats().segments < 7 {
         for t in 0..16 {
-            store.commit(&format!("warm-{t}"), &delta(1000 + t, step)).expect("commit");
+            store
+                .commit(&format!("warm-{t}"), &delta(1000 + t, step))
+                .expect("commit");
         }
         step += 1;
     }
@@ -126,7 +130,10 @@ fn run(dir: &Path, threads: usize, steps: usize) -> Run {
             .collect();
         line.wait();
         let t0 = Instant::now();
-        let lat: Vec<u64> = workers.into_iter().flat_map(|w| w.join().unwrap()).collect();
+        let lat: Vec<u64> = workers
+            .into_iter()
+            .flat_map(|w| w.join().unwrap())
+            .collect();
         (t0.elapsed(), lat)
     });
     let after = store.stats();
@@ -145,7 +152,11 @@ fn run(dir: &Path, threads: usize, steps: usize) -> Run {
 fn median(v: &mut [f64]) -> f64 {
     v.sort_by(f64::total_cmp);
     let n = v.len();
-    if n % 2 == 1 { v[n / 2] } else { (v[n / 2 - 1] + v[n / 2]) / 2.0 }
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
 }
 
 fn main() {
@@ -158,7 +169,10 @@ fn main() {
     let mut fresh = (Vec::new(), Vec::new());
     let mut recycled = (Vec::new(), Vec::new());
     let mut ratios = Vec::new();
-    println!("T={threads}, {steps} steps per task, segment_bytes {} MiB, {reps} reps", SEGMENT_BYTES >> 20);
+    println!(
+        "T={threads}, {steps} steps per task, segment_bytes {} MiB, {reps} reps",
+        SEGMENT_BYTES >> 20
+    );
     for rep in 0..reps {
         let mut pair = [None, None];
         let order: [usize; 2] = if rep % 2 == 0 { [0, 1] } else { [1, 0] };
@@ -183,7 +197,9 @@ fn main() {
             std::fs::remove_dir_all(&dir).expect("rm");
             pair[case] = Some(r);
         }
-        let [Some(f), Some(w)] = pair else { unreachable!() };
+        let [Some(f), Some(w)] = pair else {
+            unreachable!()
+        };
         ratios.push(w.commits_per_s / f.commits_per_s);
         fresh.0.push(f.commits_per_s);
         fresh.1.push(f.p99_us);
