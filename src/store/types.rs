@@ -59,20 +59,24 @@ pub enum Compression {
     Zstd {
         /// The zstd compression level ([`ZSTD_LEVEL_DEFAULT`] by default).
         level: i32,
-        /// Whether delta bodies are compressed too, not only snapshots. Deltas are most of
-        /// the bytes and cost about 5 µs of CPU per 2 KB delta to compress.
+        /// Whether delta bodies are compressed too, not only snapshots (the default is
+        /// `false`). Deltas are most of the bytes and cost about 5 µs of CPU per 2 KB
+        /// delta to compress.
         deltas: bool,
     },
 }
 
 impl Default for Compression {
-    /// `Zstd { level: ZSTD_LEVEL_DEFAULT, deltas: true }` with the `zstd` feature (the
-    /// default), `None` without it.
+    /// `Zstd { level: ZSTD_LEVEL_DEFAULT, deltas: false }` (snapshots only) with the
+    /// `zstd` feature (the default), `None` without it. Compressing deltas as well takes
+    /// the log's records from about 1.2× the encoded deltas to 0.6×, but costs commits/s
+    /// where commits are CPU-bound (a third of them at 64 tasks on 2 cores, DESIGN.md
+    /// §2.8).
     fn default() -> Self {
         if cfg!(feature = "zstd") {
             Compression::Zstd {
                 level: ZSTD_LEVEL_DEFAULT,
-                deltas: true,
+                deltas: false,
             }
         } else {
             Compression::None
