@@ -56,9 +56,13 @@ impl Log {
         let scan = recovery::scan(fs, &dir, options.recovery, true, &mut visit)?;
         log_recovery(&dir, &scan.report, started);
         remove_superseded_files(fs, &dir, &scan.superseded, options.segment_bytes)?;
-        recycle::drain(fs, &dir, true)?;
+        recycle::drain(
+            fs,
+            &dir,
+            Some(recycle::reusable_sizes(options.segment_bytes)),
+        )?;
         let salts = Arc::new(salt_source(fs, &dir, &scan)?);
-        let start = writer_start(&storage, &dir, &scan, options.segment_bytes, salts)?;
+        let start = writer_start(&storage, &dir, &scan, options, salts)?;
         let writer = Writer::new(start, options.sync);
         writer.prepare()?;
         let inner = Arc::new(Inner {
@@ -192,7 +196,7 @@ fn remove_superseded_files(
             .file_name()
             .and_then(|n| parse_segment_file_name(&n.to_string_lossy()))
             .unwrap_or_default();
-        recycle::retire(fs, dir, id, path, recycle_min_bytes(segment_bytes))?;
+        recycle::retire(fs, dir, id, path, recycle::reusable_sizes(segment_bytes))?;
     }
     if !superseded.is_empty() {
         sync_dir(fs, dir)?;
@@ -202,11 +206,6 @@ fn remove_superseded_files(
         );
     }
     Ok(())
-}
-
-/// The shortest retired file worth reusing: what a new segment would be preallocated to.
-pub(super) fn recycle_min_bytes(segment_bytes: u64) -> u64 {
-    PREALLOCATE_BYTES.min(segment_bytes)
 }
 
 /// Salts for new segments: above every salt on disk, in segments and in retired files,
@@ -230,10 +229,11 @@ fn writer_start(
     storage: &Arc<dyn Storage>,
     dir: &Path,
     scan: &Scan,
-    segment_bytes: u64,
+    options: LogOptions,
     salts: Arc<SaltSource>,
 ) -> Result<WriterStart> {
     let fs = &**storage;
+    let segment_bytes = options.segment_bytes;
     // A writer killed before its fsync (or before its directory fsync, just after creating
     // a segment) leaves data only the page cache holds. Make it durable before new
     // batches claim that everything before them is durable.
@@ -274,9 +274,25 @@ fn writer_start(
         // need free space, or a full disk (whose last rotation failed after the seal)
         // could never be opened to compact it. The seal is durable (fdatasynced above),
         // so the log ends there until then, exactly as after a crash during rotation.
-        Some(last) if last.sealed || last.seal_at_open => {
+        // A recycled segment closed cleanly: past its close record lie an earlier life's
+        // bytes, which this writer appends over without zeroing them (it cannot tell where
+        // they end). That is safe only if at most one batch of it is ever unsynced: with
+        // `SyncMode::Always`, a crash leaves at most one torn batch right after the close
+        // record, whose records after the first carry no batch start. Otherwise a crash
+        // could keep a later batch and lose an earlier one, and the next writer's records,
+        // if they took exactly the lost one's bytes, would be followed by that stale batch
+        // with the very LSN they hand on: recovery would take it for theirs. So other
+        // modes seal the segment here as well, and append to a new one.
+        Some(last) if last.sealed || last.seal_at_open || closed_unless_always(last, options) => {
             if !last.sealed {
                 seal_at_open(fs, last, scan.next_lsn)?;
+                match last.seal_at_open {
+                    true => tracing::warn!(segment = %last.path.display(),
+                        offset = last.data_end,
+                        "sealed a recycled segment a writer did not close cleanly"),
+                    false => tracing::debug!(segment = %last.path.display(),
+                        "sealed a cleanly closed recycled segment (not SyncMode::Always)"),
+                }
             }
             let data_end = last.data_end + u64::from(!last.sealed) * SEAL_RECORD_BYTES as u64;
             Ok(WriterStart {
@@ -285,7 +301,8 @@ fn writer_start(
                 file: None,
                 segment_id: last.id,
                 write_pos: data_end,
-                file_bytes: last.file_bytes,
+                // The seal written here may have grown a file cut short.
+                file_bytes: last.file_bytes.max(data_end),
                 zeroed_end: data_end,
                 next_lsn: scan.next_lsn,
                 segment_bytes,
@@ -298,9 +315,17 @@ fn writer_start(
     }
 }
 
+/// Whether `last` is a recycled segment closed cleanly (neither sealed nor to be sealed:
+/// its last batch is a close record), which a writer appends to only with
+/// `SyncMode::Always` (see `writer_start`).
+fn closed_unless_always(last: &SegmentState, options: LogOptions) -> bool {
+    last.recycled && !last.sealed && !last.seal_at_open && options.sync != SyncMode::Always
+}
+
 /// Seals a recycled final segment at the end of its data, and makes the seal durable:
 /// what lies past the data may be a torn batch of this life, of unknown extent, which
-/// zeroing could not bound; nothing past a seal is ever read (§5.3). The log then ends
+/// zeroing could not bound (or, after a close record, will be unless the writer syncs
+/// every batch); nothing past a seal is ever read (§5.3). The log then ends
 /// there, as after a crash during a rotation, and the first append makes the next
 /// segment.
 fn seal_at_open(fs: &dyn Storage, last: &SegmentState, next_lsn: u64) -> Result<()> {
@@ -320,19 +345,15 @@ fn seal_at_open(fs: &dyn Storage, last: &SegmentState, next_lsn: u64) -> Result<
         record::payload_crc(&payload),
         &payload,
     );
-    // The writer always left room for a seal: data ends at least a seal before the end.
-    assert!(
-        last.data_end + SEAL_RECORD_BYTES as u64 <= last.file_bytes,
-        "room for the seal"
-    );
+    // The writer always left room for a seal before the end of the file; a file cut
+    // shorter (damage: a recycled file keeps the length of its earlier life) grows by
+    // the write.
     fs.open(&last.path, true)
         .and_then(|f| {
             f.write_all_at(&seal, last.data_end)
                 .and_then(|()| f.sync_data())
         })
         .map_err(|e| Error::io(format!("sealing {}", last.path.display()), e))?;
-    tracing::warn!(segment = %last.path.display(), offset = last.data_end,
-        "sealed a recycled segment a writer did not close cleanly");
     Ok(())
 }
 

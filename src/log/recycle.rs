@@ -6,6 +6,7 @@
 //! life's never has, so none of them validates again (§2.3). A v1 file's records carry
 //! no salt, and it is deleted as before.
 
+use std::ops::RangeInclusive;
 use std::path::{Path, PathBuf};
 
 use super::format::*;
@@ -95,19 +96,20 @@ pub(crate) fn take(
 }
 
 /// Retires segment file `path` (segment `id`): renamed to its `.free` name while fewer
-/// than [`RECYCLE_FILES_MAX`] files wait and it is a v2 file worth reusing (at least
-/// `min_bytes` long), deleted otherwise. The caller fsyncs the directory afterwards.
+/// than [`RECYCLE_FILES_MAX`] files wait and it is a v2 file worth reusing (its length in
+/// `sizes`, see [`reusable_sizes`]), deleted otherwise. The caller fsyncs the directory
+/// afterwards.
 pub(crate) fn retire(
     fs: &dyn Storage,
     dir: &Path,
     id: u64,
     path: &Path,
-    min_bytes: u64,
+    sizes: RangeInclusive<u64>,
 ) -> Result<()> {
     let waiting = list(fs, dir)?.len();
     let reusable = waiting < RECYCLE_FILES_MAX && {
         let (salt, file_bytes) = read_salt(fs, path)?;
-        salt.is_some() && file_bytes >= min_bytes
+        salt.is_some() && sizes.contains(&file_bytes)
     };
     let done = match reusable {
         true => fs.rename(path, &dir.join(free_file_name(id))),
@@ -116,17 +118,36 @@ pub(crate) fn retire(
     done.map_err(|e| Error::io(format!("removing {}", path.display()), e))
 }
 
+/// Lengths of a retired file worth keeping for reuse, for a log of `segment_bytes`
+/// segments: at least what a new segment would be preallocated to, and at most a
+/// segment. A longer file (the segment of a record larger than a segment, or a large
+/// compacted segment) fits no rotation but that of a record needing exactly its length
+/// ([`take`]): kept, it would hold a place of the pool, and more than a segment of disk,
+/// for nothing.
+pub(crate) fn reusable_sizes(segment_bytes: u64) -> RangeInclusive<u64> {
+    PREALLOCATE_BYTES.min(segment_bytes)..=segment_bytes
+}
+
 /// Whether `e` says the disk is full.
 pub(crate) fn is_disk_full(e: &Error) -> bool {
     matches!(e, Error::Io { source, .. } if source.raw_os_error() == Some(libc::ENOSPC))
 }
 
-/// Deletes every retired file (to free their space on a full disk, or those that can
-/// never be reused), then fsyncs the directory. Returns how many went.
-pub(crate) fn drain(fs: &dyn Storage, dir: &Path, only_unusable: bool) -> Result<usize> {
+/// Deletes every retired file (to free their space on a full disk: `keep` `None`), or
+/// those that can never be reused (no v2 header, or longer than a segment: `keep` the
+/// [`reusable_sizes`]), then fsyncs the directory. Returns how many went.
+pub(crate) fn drain(
+    fs: &dyn Storage,
+    dir: &Path,
+    keep: Option<RangeInclusive<u64>>,
+) -> Result<usize> {
     let mut removed = 0;
     for free in list(fs, dir)? {
-        if only_unusable && free.salt.is_some() {
+        // Shorter files are kept: a rotation extends them like a new segment.
+        let usable = keep
+            .as_ref()
+            .is_some_and(|sizes| free.salt.is_some() && free.file_bytes <= *sizes.end());
+        if usable {
             continue;
         }
         match fs.remove(&free.path) {

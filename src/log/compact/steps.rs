@@ -157,7 +157,7 @@ impl Log {
         if let Err(e) = self.write_compacted(&tmp, &header, &body) {
             // Retired files hold space that a full disk needs for this file: give them up
             // and try once more.
-            if !recycle::is_disk_full(&e) || recycle::drain(self.storage(), self.dir(), false)? == 0
+            if !recycle::is_disk_full(&e) || recycle::drain(self.storage(), self.dir(), None)? == 0
             {
                 return Err(e);
             }
@@ -301,7 +301,7 @@ impl Log {
                 .open(&path, false)
                 .and_then(|f| f.len())
                 .unwrap_or(0);
-            recycle::retire(storage, self.dir(), id, &path, self.recycle_min_bytes())?;
+            recycle::retire(storage, self.dir(), id, &path, self.recycle_sizes())?;
             sync_dir(storage, self.dir())?;
             removed.push(path);
         }
@@ -327,7 +327,7 @@ impl Log {
                 .open(&path, false)
                 .and_then(|f| f.len())
                 .unwrap_or(0);
-            recycle::retire(storage, self.dir(), id, &path, self.recycle_min_bytes())?;
+            recycle::retire(storage, self.dir(), id, &path, self.recycle_sizes())?;
             removed.push(path);
         }
         if !removed.is_empty() {
@@ -338,9 +338,9 @@ impl Log {
 }
 
 impl Log {
-    /// The shortest retired file worth keeping for reuse.
-    fn recycle_min_bytes(&self) -> u64 {
-        crate::log::open::recycle_min_bytes(self.inner.options.segment_bytes)
+    /// Lengths of a retired file worth keeping for reuse.
+    fn recycle_sizes(&self) -> std::ops::RangeInclusive<u64> {
+        recycle::reusable_sizes(self.inner.options.segment_bytes)
     }
 }
 

@@ -292,6 +292,13 @@ fn scan_segment(
         };
         cursor.drop_partial_batch();
         let start = cursor.committed_end();
+        // Past a recycled segment's data lie an earlier life's bytes, never a tear to
+        // refuse by themselves: strict mode decides on them below, knowing whether a
+        // close record ended the data.
+        let judged_mode = match (state.recycled, mode) {
+            (true, RecoveryMode::Strict) => RecoveryMode::TolerateTornTail,
+            _ => mode,
+        };
         match verdict::judge(
             buf,
             header.salt,
@@ -299,7 +306,7 @@ fn scan_segment(
             start,
             cursor.next_lsn(),
             is_last,
-            mode,
+            judged_mode,
         ) {
             Verdict::End { .. } if state.recycled => {
                 // Past the data of a recycled file lie an earlier life's bytes (none of
