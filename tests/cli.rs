@@ -567,7 +567,15 @@ fn a_postgres_url_without_the_feature_says_to_build_with_it() {
 fn dump_and_verify_show_compressed_bodies() {
     let dir = tempfile::tempdir().unwrap();
     {
-        let store: Store = Store::open(dir.path()).unwrap();
+        // Deltas too (the default compresses snapshots only).
+        let options = agentwal::Options {
+            compression: agentwal::Compression::Zstd {
+                level: agentwal::ZSTD_LEVEL_DEFAULT,
+                deltas: true,
+            },
+            ..agentwal::Options::default()
+        };
+        let store: Store = Store::open_with(dir.path(), options).unwrap();
         for i in 1..=6i64 {
             let text =
                 format!("step {i}: the agent found three pages about the weather; ").repeat(20);

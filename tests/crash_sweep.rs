@@ -4,7 +4,10 @@
 //! A round records one run of the workload (3 threads committing concurrently to their
 //! own tasks, so commits share group-commit batches; 4 KiB segments, so they rotate
 //! often; snapshots every 3 commits; retention of 3 checkpoints and explicit compaction;
-//! task deletions; tool calls begun and finished) on `SimStorage`, logging every storage
+//! task deletions; tool calls begun and finished; a state of up to 10 segments, whose
+//! snapshots and big deltas get segments of their own; forks, of such a state too;
+//! compaction retiring segment files that later rotations recycle) on `SimStorage`,
+//! logging every storage
 //! operation and, for every call, the operations it ran between. It then replays the
 //! operations one by one. The disk after operations `0..n` is what a crash before
 //! operation `n` leaves (for a read, the crash point after it has the same disk and more
@@ -28,7 +31,10 @@
 //! (item 4) explains why acknowledged commits can then be lost, and this mode shows it.
 //!
 //! Rounds with new seeds run until `AGENTWAL_CRASH_IMAGES` images (default 20,000) were
-//! checked. `AGENTWAL_CRASH_SEED` sets the first seed, `AGENTWAL_CRASH_THREADS` the
+//! checked. The rounds' recordings together must have recycled a segment file, written
+//! an oversized segment, compacted, forked a state larger than a segment and held a
+//! snapshot larger than a segment (`common::sim_workload::Coverage`), or the sweep fails:
+//! it would no longer cover them. `AGENTWAL_CRASH_SEED` sets the first seed, `AGENTWAL_CRASH_THREADS` the
 //! workload's threads (1 makes the recording itself deterministic). The threads'
 //! interleaving is not determined by the seed, so a failing round's recording is saved
 //! to `target/crash-sweep/` and the failure prints the command that replays exactly it:
@@ -52,8 +58,10 @@ use common::rng::Rng;
 use common::sim_workload::*;
 use serde::{Deserialize, Serialize};
 
-/// Steps per thread in a round.
-const STEPS: usize = 40;
+/// Steps per thread in a round: 36 (40 before the workload had big states) still give
+/// one round more than the default 20,000 images, and each image, holding up to 10
+/// segments of state and its snapshots, costs about 1.6 times what it did.
+const STEPS: usize = 36;
 /// Random images per crash point, on top of the systematic ones.
 const SAMPLES: usize = 6;
 /// The sweep stops after this many failures (`AGENTWAL_CRASH_MAX_FAILURES` overrides).
@@ -64,6 +72,7 @@ struct Recording {
     seed: u64,
     ops: Vec<SimOp>,
     events: Vec<Event>,
+    big_snapshots: u64,
 }
 
 fn record(seed: u64, threads: usize) -> Recording {
@@ -72,6 +81,7 @@ fn record(seed: u64, threads: usize) -> Recording {
     sim.record();
     let store = open(&sim).expect("open on an empty disk");
     let events = run(&store, &sim, &plan(seed, threads, STEPS));
+    let big_snapshots = big_snapshots(&store);
     drop(store);
     let failed: Vec<_> = events.iter().filter(|e| e.outcome.is_err()).collect();
     assert!(
@@ -82,6 +92,7 @@ fn record(seed: u64, threads: usize) -> Recording {
         seed,
         ops: sim.take_recording(),
         events,
+        big_snapshots,
     }
 }
 
@@ -90,6 +101,7 @@ struct Totals {
     images: AtomicU64,
     points: AtomicU64,
     failures: Mutex<Vec<String>>,
+    coverage: Mutex<Coverage>,
 }
 
 impl Totals {
@@ -113,6 +125,12 @@ type Job = (u64, usize, Result<SimImage, SimStorage>);
 
 /// Checks every crash image of every crash point of `rec` (or only of point `only`).
 fn sweep(rec: &Recording, only: Option<u64>, totals: &Totals) {
+    let coverage = Coverage {
+        big_snapshots: rec.big_snapshots,
+        ..Coverage::of(&rec.ops, &rec.events)
+    };
+    println!("seed {:#x}: {coverage:?}", rec.seed);
+    totals.coverage.lock().unwrap().add(&coverage);
     let workers = std::thread::available_parallelism().map_or(2, |n| n.get());
     let (tx, rx) = sync_channel::<Job>(4 * workers);
     let rx = Mutex::new(rx);
@@ -333,7 +351,9 @@ fn crash_sweep() {
     let images = totals.images.load(Ordering::Relaxed);
     let points = totals.points.load(Ordering::Relaxed);
     let secs = started.elapsed().as_secs_f64();
+    let coverage = *totals.coverage.lock().unwrap();
     println!("crash sweep: {images} images checked at {points} crash points in {secs:.1} s");
+    println!("crash sweep: {coverage:?}");
     let failures = totals.failures.into_inner().unwrap();
     assert!(
         failures.is_empty(),
@@ -341,4 +361,7 @@ fn crash_sweep() {
         failures.len(),
         failures.join("\n")
     );
+    if std::env::var_os("AGENTWAL_CRASH_REPLAY").is_none() {
+        coverage.assert_all("crash sweep");
+    }
 }

@@ -18,7 +18,15 @@
 //!   Images are several MiB each here, so only the crash points of that batch and the two
 //!   after it (through the rotation that follows) are swept.
 //!
-//! The recording asserts that the path was taken: `LogStats::zero_bytes_written` stops
+//! - [`RECYCLED`]: 256 KiB segments on a disk whose earlier segments a compaction
+//!   retired, so the large phase's rotations recycle those files: their blocks hold an
+//!   earlier life's bytes (written already, so not zeroed ahead), and the large batches
+//!   land over them; one record of the phase is larger than a segment and gets a segment
+//!   of its own. Every crash point is swept; the recording asserts that rotations
+//!   recycled files, that appends left an earlier life's bytes right past them, and that
+//!   a segment was sized for the large record.
+//!
+//! The recording of the first two asserts that the path was taken: `LogStats::zero_bytes_written` stops
 //! growing within the first large batches and stays put while MiBs are appended (and a
 //! rotation, or the extension, happens), and in [`ROTATING`] grows again in the small
 //! phase.
@@ -46,6 +54,7 @@
 mod common;
 
 use std::collections::HashSet;
+
 use std::ops::Range;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -53,13 +62,17 @@ use std::sync::mpsc::sync_channel;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+use std::collections::HashMap;
+
 use agentwal::log::PREALLOCATE_BYTES;
+use agentwal::log::{CompactionHooks, RecordPos};
 use agentwal::log::{Log, LogOptions, LogStats, RecoveryMode, SyncMode};
 use agentwal::storage::Storage;
 use agentwal::storage::sim::{SimImage, SimOp, SimStorage};
 use common::env::env_u64;
 use common::panic_text;
 use common::rng::Rng;
+use parking_lot::RwLock;
 
 /// The log's directory on the simulated disk.
 const DIR: &str = "/agents/wal";
@@ -106,6 +119,20 @@ const EXTENDING: Workload = Workload {
     small: 0,
 };
 
+/// Rotates onto recycled files, and writes a record larger than a segment, in the large
+/// phase.
+const RECYCLED: Workload = Workload {
+    name: "recycled",
+    seed: 0x2EC7_C1ED,
+    segment_bytes: 256 << 10,
+    large: 12,
+    large_bytes: (80 << 10)..(128 << 10),
+    small: 8,
+};
+
+/// In [`RECYCLED`], the large record at this index is larger than a segment.
+const JUMBO_AT: usize = 6;
+
 impl Workload {
     fn options(&self) -> LogOptions {
         LogOptions {
@@ -129,6 +156,10 @@ struct Appended {
 /// A recorded run.
 struct Recording {
     ops: Vec<SimOp>,
+    /// Records on the disk before the recording began (recovered first).
+    base: Recovered,
+    /// That disk.
+    start: SimImage,
     appends: Vec<Appended>,
     /// Operations of the large batches after the writer stopped zeroing.
     skipping: Range<u64>,
@@ -220,6 +251,8 @@ fn record(w: &Workload) -> Recording {
     let skipping = appends[flip + 1].start..appends[w.large - 1].end;
     Recording {
         ops,
+        base: Vec::new(),
+        start: SimImage::default(),
         appends,
         skipping,
         after_large,
@@ -255,14 +288,19 @@ fn check_image(
     image: &SimImage,
     n: u64,
     w: &Workload,
-    appends: &[Appended],
+    rec: &Recording,
     seed: u64,
 ) -> Result<(), String> {
+    let (appends, base) = (&rec.appends, &rec.base);
     let sim = SimStorage::from_image(image);
-    let (log, got) = open(&sim, w).map_err(|e| format!("open: {e}"))?;
+    let (log, all) = open(&sim, w).map_err(|e| format!("open: {e}"))?;
     if !log.recovery().skipped.is_empty() {
         return Err(format!("recovery skipped: {:?}", log.recovery().skipped));
     }
+    if all.get(..base.len()) != Some(&base[..]) {
+        return Err("the records from before the recording are not all there".into());
+    }
+    let got = &all[base.len()..];
     let acked = appends.iter().take_while(|a| a.end <= n).count();
     let begun = appends.iter().take_while(|a| a.start < n).count();
     for (i, (lsn, kind, payload)) in got.iter().enumerate() {
@@ -324,7 +362,7 @@ fn check_image(
     if again.pop() != Some((a.lsn, 1, payload)) {
         return Err("the record appended after recovery is not durable".into());
     }
-    if again != got {
+    if again != all {
         return Err("appending after recovery changed the recovered records".into());
     }
     Ok(())
@@ -380,7 +418,7 @@ fn sweep(w: &Workload, rec: &Recording, points: Range<u64>) {
                         continue;
                     }
                     let seed = w.seed ^ n.wrapping_mul(0x9E37_79B9) ^ (i as u64) << 40;
-                    let check = || check_image(&image, n, w, &rec.appends, seed);
+                    let check = || check_image(&image, n, w, rec, seed);
                     images.fetch_add(1, Ordering::Relaxed);
                     let why = match catch_unwind(AssertUnwindSafe(check)) {
                         Ok(Ok(())) => continue,
@@ -394,7 +432,7 @@ fn sweep(w: &Workload, rec: &Recording, points: Range<u64>) {
                 }
             });
         }
-        let replay = SimStorage::new();
+        let replay = SimStorage::from_image(&rec.start);
         for n in 0..=rec.ops.len() as u64 {
             let next = rec.ops.get(n as usize);
             let wanted = only.map_or(points.contains(&n), |p| p == n);
@@ -485,4 +523,135 @@ fn extending() {
         "no rotation within two batches of the extension"
     );
     sweep(w, &rec, extending.start..last.end + 1);
+}
+
+/// Compaction hooks of a log whose records are all dead: a pass retires every sealed
+/// segment.
+struct NothingLive(RwLock<()>);
+
+impl CompactionHooks for NothingLive {
+    fn positions_lock(&self) -> &RwLock<()> {
+        &self.0
+    }
+    fn live_records(&self, _: &dyn Fn(RecordPos) -> bool) -> (Vec<RecordPos>, u64) {
+        (Vec::new(), 0)
+    }
+    fn orphan(
+        &self,
+        _: &dyn Fn(RecordPos) -> bool,
+        _: &HashMap<RecordPos, RecordPos>,
+    ) -> Option<RecordPos> {
+        None
+    }
+    fn remap(&self, _: &HashMap<RecordPos, RecordPos>) {}
+}
+
+/// [`RECYCLED`]'s recording: a prelude fills segments and compacts them all away (their
+/// files retired for reuse), then the recorded run appends the large phase (one record
+/// larger than a segment) and the small one.
+fn record_recycled(w: &Workload) -> Recording {
+    let prelude = SimStorage::new();
+    let (log, _) = open(&prelude, w).expect("open on an empty disk");
+    let mut rng = Rng(w.seed);
+    while log.stats().rotations < 5 {
+        log.append(9, &rng.bytes(60 << 10)).expect("prelude append");
+    }
+    log.compact(true, &NothingLive(RwLock::new(())))
+        .expect("prelude compaction")
+        .expect("a compaction pass");
+    drop(log);
+    let start = prelude.volatile_image();
+    let free = start
+        .files
+        .keys()
+        .filter(|p| p.to_string_lossy().ends_with(".wal.free"))
+        .count();
+    assert!(free >= 3, "the prelude retired {free} files");
+
+    let sim = SimStorage::from_image(&start);
+    sim.record();
+    let (log, base) = open(&sim, w).expect("open after the prelude");
+    let mut appends = Vec::new();
+    // Appends that left an earlier life's bytes right past them (in a recycled file).
+    let mut over_old_bytes = 0;
+    for i in 0..w.large + w.small {
+        let len = match i {
+            JUMBO_AT => w.segment_bytes + (64 << 10),
+            _ if i < w.large => {
+                w.large_bytes.start + rng.below(w.large_bytes.end - w.large_bytes.start)
+            }
+            _ => 1 + rng.below(2 << 10),
+        };
+        let kind = 1 + (i % 5) as u8;
+        let payload = rng.bytes(len as usize);
+        let start = sim.ops();
+        let a = log.append(kind, &payload).expect("append without faults");
+        let end = sim.ops();
+        let path = agentwal::log::segment_path(std::path::Path::new(DIR), a.pos.segment_id);
+        let file = &sim.volatile_image().files[&path];
+        let past = (a.pos.offset + u64::from(a.bytes)) as usize;
+        let header = agentwal::log::SegmentHeader::decode(file, &path).expect("a header");
+        if header.is_recycled() && file[past..].iter().take(4096).any(|&b| b != 0) {
+            over_old_bytes += 1;
+        }
+        appends.push(Appended {
+            lsn: a.lsn,
+            kind,
+            payload,
+            start,
+            end,
+        });
+    }
+    let stats = log.stats();
+    drop(log);
+    let ops = sim.take_recording();
+    let oversized = ops
+        .iter()
+        .any(|op| matches!(op, SimOp::Allocate(_, len) if *len > w.segment_bytes));
+    println!(
+        "{}: {} records from before, {} appended ({over_old_bytes} with an earlier life's \
+         bytes right past them); {} rotations, {} onto recycled files, {} zero bytes; a \
+         segment sized for the large record: {oversized} ({} operations)",
+        w.name,
+        base.len(),
+        appends.len(),
+        stats.rotations,
+        stats.segments_recycled,
+        stats.zero_bytes_written,
+        ops.len(),
+    );
+    assert!(
+        stats.segments_recycled >= 2,
+        "{}: {} rotations recycled a file",
+        w.name,
+        stats.segments_recycled
+    );
+    // The writer zeroes ahead only what the extent map says is unwritten (the simulated
+    // one: past the last non-zero byte), so an earlier life's bytes stay past the data.
+    assert!(
+        over_old_bytes > 0,
+        "{}: no append left an earlier life's bytes right past it",
+        w.name
+    );
+    assert!(
+        oversized,
+        "{}: no segment sized for the large record",
+        w.name
+    );
+    Recording {
+        ops,
+        base,
+        start,
+        appends,
+        skipping: 0..0,
+        after_large: stats,
+        after_all: stats,
+    }
+}
+
+#[test]
+fn recycled() {
+    let w = &RECYCLED;
+    let rec = record_recycled(w);
+    sweep(w, &rec, 0..u64::MAX);
 }

@@ -14,7 +14,14 @@
 //!   what the page cache shows (as after a process kill, or a reopen in the same boot);
 //!   and after that reopen, writing works.
 //!
-//! `AGENTWAL_IO_ERRORS_SEED` changes the workload (default below); failures print it.
+//! The workload (`common::sim_workload`) has states of up to 10 segments, whose records
+//! get segments of their own, forks of them, and compactions whose retired segment
+//! files later rotations recycle; the clean runs together must have covered each
+//! (`Coverage::assert_all`).
+//!
+//! `AGENTWAL_IO_ERRORS_SEED` changes the workload (default below; failures print it),
+//! `AGENTWAL_IO_ERRORS_SEEDS` the number of workloads and `AGENTWAL_IO_ERRORS_STEPS` their
+//! length (scripts/torture.sh runs more and longer ones).
 
 mod common;
 
@@ -23,9 +30,25 @@ use common::env::env_u64;
 use common::sim_workload::*;
 
 const SEED: u64 = 0x10E4;
-const STEPS: usize = 80;
-/// Workloads (seeds) per run.
-const SEEDS: u64 = 16;
+/// Steps per workload (`AGENTWAL_IO_ERRORS_STEPS` overrides). Each of a workload's
+/// operations fails in a run of its own, so a run's cost grows with the square of this:
+/// 40 steps of the workload with big states, forks and recycling take about as many
+/// operations as the 80 steps of the workload before it had them.
+const STEPS: usize = 40;
+/// Workloads (seeds) per run (`AGENTWAL_IO_ERRORS_SEEDS` overrides). 8, down from 16
+/// for the workload without big states: a run of these costs about 1.7 times as much
+/// (big records to write, copy and check at every operation), and 8 of them cover every
+/// kind of segment (`Coverage::assert_all`).
+const SEEDS: u64 = 8;
+
+/// `io_errors_during_recovery` opens the disk after every this many operations (7 before
+/// the workload had big states: their disks cost four times as much to recover, and the
+/// retired files waiting for reuse add operations to every open).
+const RECOVERY_POINT_EVERY: usize = 16;
+
+fn steps() -> usize {
+    env_u64("AGENTWAL_IO_ERRORS_STEPS").map_or(STEPS, |s| s as usize)
+}
 
 /// Whether a failed operation (as recorded) only reads.
 fn is_read(what: &str) -> bool {
@@ -122,15 +145,24 @@ fn io_errors() {
     let seeds = env_u64("AGENTWAL_IO_ERRORS_SEEDS").unwrap_or(SEEDS);
     let mut failures = Vec::new();
     let (mut runs, mut ops) = (0, 0);
+    let mut coverage = Coverage::default();
     for seed in first..first + seeds {
-        let plan = plan(seed, 1, STEPS);
+        let plan = plan(seed, 1, steps());
         let clean = SimStorage::new();
-        let events = run(&open(&clean).unwrap(), &clean, &plan);
+        clean.record();
+        let store = open(&clean).unwrap();
+        let events = run(&store, &clean, &plan);
+        let big_snapshots = big_snapshots(&store);
+        drop(store);
         assert!(
             events.iter().all(|e| e.outcome.is_ok()),
             "seed {seed}: clean run failed"
         );
         check_loads(&events).unwrap();
+        coverage.add(&Coverage {
+            big_snapshots,
+            ..Coverage::of(&clean.take_recording(), &events)
+        });
         let total = clean.ops();
         ops += total;
         for persistent in [false, true] {
@@ -146,7 +178,7 @@ fn io_errors() {
         }
     }
     println!(
-        "io errors: seeds {first}..{}, {runs} runs over {ops} operations",
+        "io errors: seeds {first}..{}, {runs} runs over {ops} operations; {coverage:?}",
         first + seeds
     );
     assert!(
@@ -155,6 +187,7 @@ fn io_errors() {
         failures.len(),
         failures.join("\n")
     );
+    coverage.assert_all("io errors");
 }
 
 /// Faults during recovery: disks left by crashes at many points of a workload (torn
@@ -167,13 +200,13 @@ fn io_errors_during_recovery() {
     let seed = SEED;
     let sim = SimStorage::new();
     sim.record();
-    let events = run(&open(&sim).unwrap(), &sim, &plan(seed, 1, STEPS));
+    let events = run(&open(&sim).unwrap(), &sim, &plan(seed, 1, steps()));
     let ops = sim.take_recording();
     let replay = SimStorage::new();
     let (mut runs, mut failures) = (0, Vec::new());
     for (n, op) in ops.iter().enumerate() {
         replay.apply(op);
-        if n % 7 != 0 {
+        if n % RECOVERY_POINT_EVERY != 0 {
             continue;
         }
         let mut images = replay.crash_images(seed ^ n as u64, 1);

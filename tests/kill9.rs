@@ -27,13 +27,27 @@
 //! and answered by the thread that finishes their batch: a kill then lands among deferred
 //! writes, and the same checks hold.
 //!
+//! States larger than a segment (format v2, DESIGN.md §2.5): a fourth writer, a thread of
+//! its own in either mode, grows task `big`, whose state keeps its deltas' bytes (up to
+//! [`BULK_BYTES_MAX`], 11 segments): most deltas are 8 to 64 KiB, some larger than a
+//! segment, so its snapshots (every 16th commit) and those deltas get segments of their
+//! own. Every [`FORK_EVERY`]th seq `s` of it is forked into `bigfork-s` (acked `K`), whose
+//! seq 2 is then committed; the fork made [`FORKS_KEPT`] forks before is deleted (acked
+//! `D`) and the store compacted (`Store::compact`, beside the background compactor), so
+//! segment files are retired and rotations recycle them. The parent checks every fork it
+//! finds (seq 1 the state of `big` at `s`, seq 2 that plus its delta), every acked fork
+//! not acked deleted is there, and no acked deletion came back. After each kill it counts
+//! the recycled segment files, the segments larger than `segment_bytes` and the largest
+//! state of `big`; a run of at least [`ROUNDS_DEFAULT`] rounds fails if recycling,
+//! oversized segments, forks or a state of 10 segments never showed up.
+//!
 //! `AGENTWAL_KILL_ROUNDS` sets the number of rounds (default 25, a few seconds in
 //! release); `AGENTWAL_KILL_SEED` replays the kill schedule of a printed seed (the
 //! delays and options; thread interleavings differ from run to run).
 
 mod common;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -58,6 +72,16 @@ const ACK: &str = "#ack ";
 const THREADS: usize = 3;
 const TASKS_PER_THREAD: usize = 2;
 const SHARED_TASK: &str = "shared";
+/// The big writer's task, and the prefix of its forks' names.
+const BIG_TASK: &str = "big";
+const FORK_PREFIX: &str = "bigfork-";
+/// `big` is forked at every seq that is a multiple of this.
+const FORK_EVERY: u64 = 8;
+/// Forks kept: making one deletes the one made this many forks before.
+const FORKS_KEPT: u64 = 2;
+const SEGMENT_BYTES: u64 = 64 << 10;
+/// What a big state keeps of its deltas' bytes: 11 segments.
+const BULK_BYTES_MAX: usize = 11 * SEGMENT_BYTES as usize;
 const KEEP: u32 = 8;
 const CALL_EVERY: u64 = 8;
 const TOOL: &str = "tool";
@@ -67,18 +91,37 @@ const CHILD_DEADLINE: Duration = Duration::from_secs(120);
 // ---------------------------------------------------------------------------------------
 // The deterministic workload, shared by child and parent
 
-/// A state that is right only if deltas 1..=len were applied in order.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+/// A state that is right only if deltas 1..=len were applied in order. A big task's
+/// state also keeps its deltas' bytes (the latest `BULK_BYTES_MAX` of them).
+#[derive(Clone, Default, PartialEq, Serialize, Deserialize)]
 struct Chain {
     len: u64,
     hash: u64,
     last: Vec<u8>,
+    #[serde(with = "serde_bytes")]
+    bulk: Vec<u8>,
+}
+
+impl std::fmt::Debug for Chain {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "Chain {{ len: {}, hash: {:#x}, last: {} bytes, bulk: {} bytes }}",
+            self.len,
+            self.hash,
+            self.last.len(),
+            self.bulk.len()
+        )
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 struct Step {
     seq: u64,
+    #[serde(with = "serde_bytes")]
     payload: Vec<u8>,
+    /// Whether the state keeps the payload (a big task's delta).
+    keep: bool,
 }
 
 impl State for Chain {
@@ -86,7 +129,14 @@ impl State for Chain {
     fn apply(&mut self, d: &Step) {
         self.len += 1;
         self.hash = chain_hash(self.hash, d);
-        self.last.clone_from(&d.payload);
+        if d.keep {
+            self.bulk.extend_from_slice(&d.payload);
+            let over = self.bulk.len().saturating_sub(BULK_BYTES_MAX);
+            self.bulk.drain(..over);
+            self.last.clear();
+        } else {
+            self.last.clone_from(&d.payload);
+        }
     }
 }
 
@@ -130,16 +180,44 @@ fn key(task: &str, seq: u64, salt: u64) -> u64 {
     )
 }
 
-/// Delta `seq` of `task`: mostly small, sometimes a few KiB, so records vary in size.
+/// Delta `seq` of `task`: mostly small, sometimes a few KiB, so records vary in size. A
+/// big task's (`big` and its forks): mostly 8 to 64 KiB, a tenth of them larger than a
+/// segment, a quarter small; its state keeps them.
 fn delta(task: &str, seq: u64) -> Step {
     let mut rng = XorShift64Star::new(key(task, seq, 1));
+    let keep = is_big(task);
     let len = match rng.below(20) {
+        n if keep => match n {
+            0..=1 => SEGMENT_BYTES + rng.below(2 * SEGMENT_BYTES),
+            2..=6 => rng.below(400),
+            _ => (8 << 10) + rng.below(SEGMENT_BYTES - (8 << 10)),
+        },
         0 => 2000 + rng.below(3000),
         1..=4 => 0,
         _ => rng.below(400),
     };
-    let payload = (0..len).map(|_| rng.next() as u8).collect();
-    Step { seq, payload }
+    let payload = match keep {
+        // Eight bytes per draw: big deltas are generated again at every check.
+        true => (0..len.div_ceil(8))
+            .flat_map(|_| rng.next().to_le_bytes())
+            .take(len as usize)
+            .collect(),
+        false => (0..len).map(|_| rng.next() as u8).collect(),
+    };
+    Step { seq, payload, keep }
+}
+
+fn is_big(task: &str) -> bool {
+    task == BIG_TASK || task.starts_with(FORK_PREFIX)
+}
+
+fn fork_name(at: u64) -> String {
+    format!("{FORK_PREFIX}{at}")
+}
+
+/// The seq of `big` a fork was made from, by its name.
+fn fork_source(task: &str) -> Option<u64> {
+    task.strip_prefix(FORK_PREFIX)?.parse().ok()
 }
 
 fn call_id(seq: u64) -> String {
@@ -164,13 +242,14 @@ fn owned_tasks(thread: usize) -> Vec<String> {
 fn all_tasks() -> Vec<String> {
     let mut tasks: Vec<String> = (0..THREADS).flat_map(owned_tasks).collect();
     tasks.push(SHARED_TASK.to_string());
+    tasks.push(BIG_TASK.to_string());
     tasks
 }
 
 fn options(keep: Option<u32>) -> Options {
     Options {
         sync: SyncMode::Always,
-        segment_bytes: 64 << 10,
+        segment_bytes: SEGMENT_BYTES,
         snapshot_every: 16,
         keep_checkpoints: keep,
         ..Options::default()
@@ -192,6 +271,9 @@ fn child_writer() {
         fail_child(&format!("open failed: {e}"));
     });
     ack("R ready 0");
+    // The big writer, a thread of its own in either mode.
+    let big = store.clone();
+    std::thread::spawn(move || big_writer(&big, started));
     if std::env::var_os(ASYNC_ENV).is_some() {
         return async_child::run(store, started);
     }
@@ -202,6 +284,63 @@ fn child_writer() {
             s.spawn(move || child_thread(store, t, shared_expected, started));
         }
     });
+}
+
+/// Grows `big`; at every `FORK_EVERY`th seq forks it, commits the fork's seq 2, deletes
+/// an older fork and compacts. A resumed child first finishes the fork of the seq it
+/// stopped at.
+fn big_writer(store: &Store<Chain>, started: Instant) {
+    let mut seq = latest(store, BIG_TASK);
+    if seq > 0 && seq.is_multiple_of(FORK_EVERY) {
+        fork_big(store, seq);
+    }
+    loop {
+        if started.elapsed() > CHILD_DEADLINE {
+            fail_child("deadline passed without being killed");
+        }
+        seq += 1;
+        match store.commit(BIG_TASK, &delta(BIG_TASK, seq)) {
+            Ok(got) if got == seq => ack(&format!("C {BIG_TASK} {seq}")),
+            Ok(got) => fail_child(&format!("commit to {BIG_TASK} returned {got}, not {seq}")),
+            Err(e) => fail_child(&format!("commit {BIG_TASK} {seq}: {e}")),
+        }
+        if seq.is_multiple_of(FORK_EVERY) {
+            fork_big(store, seq);
+        }
+    }
+}
+
+/// Forks `big` at `at` (unless that fork exists), commits the fork's seq 2 (unless
+/// done), deletes the fork `FORKS_KEPT` forks older (if still there), compacts.
+fn fork_big(store: &Store<Chain>, at: u64) {
+    let name = fork_name(at);
+    if latest(store, &name) == 0 {
+        match store.fork(BIG_TASK, at, &name) {
+            Ok(1) => ack(&format!("K {name} {at}")),
+            Ok(got) => fail_child(&format!("fork {name} returned {got}")),
+            Err(e) => fail_child(&format!("fork {name}: {e}")),
+        }
+    }
+    if latest(store, &name) == 1 {
+        match store.commit(&name, &delta(&name, 2)) {
+            Ok(2) => ack(&format!("C {name} 2")),
+            Ok(got) => fail_child(&format!("commit to {name} returned {got}, not 2")),
+            Err(e) => fail_child(&format!("commit {name} 2: {e}")),
+        }
+    }
+    if let Some(old) = at.checked_sub(FORKS_KEPT * FORK_EVERY).filter(|&o| o > 0) {
+        let old = fork_name(old);
+        match store.delete_task(&old) {
+            Ok(()) => ack(&format!("D {old} 0")),
+            Err(Error::UnknownTask { .. }) => {} // deleted before a kill
+            Err(e) => fail_child(&format!("delete {old}: {e}")),
+        }
+    }
+    match store.compact() {
+        // "Retry later": a pass that met a record being indexed.
+        Ok(_) | Err(Error::InvalidArgument(_)) => {}
+        Err(e) => fail_child(&format!("compact: {e}")),
+    }
 }
 
 fn child_thread(store: &Store<Chain>, thread: usize, shared: &AtomicU64, started: Instant) {
@@ -422,7 +561,14 @@ fn kill9_rounds() {
         );
         let acks = run_child(&store_dir, keep, plan, asynchronous, &ctx);
         totals.add(&acks);
+        let (recycled, oversized) = segment_kinds(&store_dir);
+        totals.recycled_seen += recycled;
+        totals.oversized_seen += oversized;
         oracle.check_round(&store_dir, keep, &acks, &ctx);
+        if let Some(big) = oracle.seen_latest.get(BIG_TASK).filter(|&&s| s > 0) {
+            let state = oracle.expected(BIG_TASK, *big);
+            totals.big_state_bytes = totals.big_state_bytes.max(state.bulk.len());
+        }
     }
     oracle.check_everything(&store_dir, &format!("seed {seed}, final check"));
     println!(
@@ -433,6 +579,29 @@ fn kill9_rounds() {
         totals.begins,
         totals.finishes,
     );
+    println!(
+        "kill9: {} forks and {} fork deletions acked; after the kills, {} recycled segment \
+         files and {} segments larger than a segment found; largest state of {BIG_TASK}: {} \
+         bytes ({:.1} segments)",
+        totals.forks,
+        totals.deletions,
+        totals.recycled_seen,
+        totals.oversized_seen,
+        totals.big_state_bytes,
+        totals.big_state_bytes as f64 / SEGMENT_BYTES as f64,
+    );
+    // A shorter run (a replay of a few rounds) may not get that far.
+    if rounds >= ROUNDS_DEFAULT {
+        let ten_segments = 10 * SEGMENT_BYTES as usize;
+        assert!(
+            totals.forks > 0
+                && totals.recycled_seen > 0
+                && totals.oversized_seen > 0
+                && totals.big_state_bytes >= ten_segments,
+            "kill9 no longer covers forks, recycled segments, oversized segments or a state of \
+             10 segments (seed {seed})"
+        );
+    }
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -447,6 +616,9 @@ struct Acks {
     commits: Vec<(String, u64)>,
     begins: Vec<(String, u64)>,
     finishes: Vec<(String, u64)>,
+    /// Forks made (name, source seq) and deleted (name).
+    forks: Vec<(String, u64)>,
+    deletions: Vec<String>,
 }
 
 #[derive(Debug, Default)]
@@ -454,6 +626,11 @@ struct Totals {
     commits: usize,
     begins: usize,
     finishes: usize,
+    forks: usize,
+    deletions: usize,
+    recycled_seen: u64,
+    oversized_seen: u64,
+    big_state_bytes: usize,
 }
 
 impl Totals {
@@ -461,6 +638,8 @@ impl Totals {
         self.commits += acks.commits.len();
         self.begins += acks.begins.len();
         self.finishes += acks.finishes.len();
+        self.forks += acks.forks.len();
+        self.deletions += acks.deletions.len();
     }
 }
 
@@ -560,6 +739,8 @@ fn run_child(dir: &Path, keep: Option<u32>, plan: Kill, asynchronous: bool, ctx:
             "C" => acks.commits.push(entry),
             "B" => acks.begins.push(entry),
             "F" => acks.finishes.push(entry),
+            "K" => acks.forks.push(entry),
+            "D" => acks.deletions.push(entry.0),
             _ => {}
         }
     }
@@ -579,10 +760,37 @@ struct Oracle {
     hashes: HashMap<String, Vec<u64>>,
     /// Every acked call: (task, seq) -> finished.
     calls: BTreeMap<(String, u64), bool>,
+    /// Forks of `big` acked made, and acked deleted.
+    forks_acked: BTreeSet<String>,
+    forks_deleted: BTreeSet<String>,
+}
+
+/// The bytes a big task's state keeps after deltas 1..=seq: the latest `BULK_BYTES_MAX`
+/// of their payloads.
+fn bulk(task: &str, seq: u64) -> Vec<u8> {
+    let mut payloads = Vec::new();
+    let mut bytes = 0;
+    for s in (1..=seq).rev() {
+        let payload = delta(task, s).payload;
+        bytes += payload.len();
+        payloads.push(payload);
+        if bytes >= BULK_BYTES_MAX {
+            break;
+        }
+    }
+    let mut out: Vec<u8> = payloads.into_iter().rev().flatten().collect();
+    out.drain(..out.len().saturating_sub(BULK_BYTES_MAX));
+    out
 }
 
 impl Oracle {
     fn expected(&mut self, task: &str, seq: u64) -> Chain {
+        if let Some(at) = fork_source(task).filter(|_| seq > 0) {
+            // Seq 1 is `big` at `at`; its own deltas follow.
+            let mut state = self.expected(BIG_TASK, at);
+            (2..=seq).for_each(|s| state.apply(&delta(task, s)));
+            return state;
+        }
         let hashes = self
             .hashes
             .entry(task.to_string())
@@ -592,18 +800,86 @@ impl Oracle {
             let prev = *hashes.last().unwrap_or(&0);
             hashes.push(chain_hash(prev, &delta(task, i)));
         }
+        let (last, bulk) = match (seq, is_big(task)) {
+            (0, _) => (Vec::new(), Vec::new()),
+            (_, true) => (Vec::new(), bulk(task, seq)),
+            (_, false) => (delta(task, seq).payload, Vec::new()),
+        };
         Chain {
             len: seq,
             hash: hashes[seq as usize],
-            last: if seq == 0 {
-                Vec::new()
-            } else {
-                delta(task, seq).payload
-            },
+            last,
+            bulk,
+        }
+    }
+
+    /// Checks every fork `store` holds (each retained seq loads as expected, and seq 1
+    /// says where it came from), that every acked fork not acked deleted is there (unless
+    /// the fork that deletes it may have begun), and that no acked deletion came back.
+    fn check_forks(&mut self, store: &Store<Chain>, ctx: &str) {
+        let tasks = store
+            .tasks()
+            .unwrap_or_else(|e| panic!("{ctx}: tasks: {e}"));
+        let present: Vec<&String> = tasks.iter().filter(|t| fork_source(t).is_some()).collect();
+        let big_latest = self.seen_latest.get(BIG_TASK).copied().unwrap_or(0);
+        for task in &present {
+            let at = fork_source(task).expect("a fork");
+            assert!(
+                !self.forks_deleted.contains(*task),
+                "{ctx}: fork {task} is back after its acked deletion"
+            );
+            assert!(
+                at <= big_latest && at.is_multiple_of(FORK_EVERY),
+                "{ctx}: fork {task} of a seq {BIG_TASK} never had (latest {big_latest})"
+            );
+            let infos = store
+                .list_checkpoints(task)
+                .unwrap_or_else(|e| panic!("{ctx}: list_checkpoints {task}: {e}"));
+            assert!(
+                infos.last().is_some_and(|i| i.seq <= 2),
+                "{ctx}: fork {task} has checkpoints {infos:?}"
+            );
+            let acked = self.acked_max.get(*task).copied().unwrap_or(0);
+            assert!(
+                infos.last().is_some_and(|i| i.seq >= acked),
+                "{ctx}: LOST COMMIT: fork {task} seq {acked} acked, checkpoints {infos:?}"
+            );
+            for info in &infos {
+                if info.seq == 1 {
+                    assert_eq!(
+                        info.forked_from,
+                        Some((BIG_TASK.to_string(), at)),
+                        "{ctx}: origin of fork {task}"
+                    );
+                }
+                let cp = store
+                    .load(task, info.seq)
+                    .unwrap_or_else(|e| panic!("{ctx}: load {task} {}: {e}", info.seq))
+                    .unwrap_or_else(|| panic!("{ctx}: {task} {} listed, not loadable", info.seq));
+                let want = self.expected(task, info.seq);
+                assert!(
+                    *cp.state == want,
+                    "{ctx}: WRONG STATE of fork {task} at seq {}",
+                    info.seq
+                );
+            }
+        }
+        for task in self.forks_acked.difference(&self.forks_deleted) {
+            let at = fork_source(task).expect("a fork");
+            // The fork made FORKS_KEPT forks later deletes it: it may be gone once that
+            // one may have begun, acked or not.
+            let deleter_began = big_latest >= at + FORKS_KEPT * FORK_EVERY;
+            assert!(
+                present.contains(&task) || deleter_began,
+                "{ctx}: LOST FORK: {task} acked, not deleted, not there"
+            );
         }
     }
 
     fn check_round(&mut self, dir: &Path, keep: Option<u32>, acks: &Acks, ctx: &str) {
+        self.forks_acked
+            .extend(acks.forks.iter().map(|f| f.0.clone()));
+        self.forks_deleted.extend(acks.deletions.iter().cloned());
         for (task, seq) in &acks.commits {
             let m = self.acked_max.entry(task.clone()).or_default();
             *m = (*m).max(*seq);
@@ -675,8 +951,26 @@ impl Oracle {
             self.seen_latest.insert(task, latest_seq);
         }
         let mut checked = HashMap::new();
-        for (task, seq) in &acks.commits {
-            self.check_seq(store, keep, task, *seq, ctx);
+        // A state of `big` takes milliseconds to load and to recompute: of its acked
+        // seqs, the newest is loaded and checked, the others must be listed.
+        let big_listed: BTreeSet<u64> = store
+            .list_checkpoints(BIG_TASK)
+            .unwrap_or_else(|e| panic!("{ctx}: list_checkpoints {BIG_TASK}: {e}"))
+            .iter()
+            .map(|i| i.seq)
+            .collect();
+        let big_newest = acks
+            .commits
+            .iter()
+            .filter(|c| c.0 == BIG_TASK)
+            .map(|c| c.1)
+            .max();
+        // (Forks' commits: `check_forks`.)
+        for (task, seq) in acks.commits.iter().filter(|c| fork_source(&c.0).is_none()) {
+            match task == BIG_TASK && Some(*seq) != big_newest {
+                true => self.check_listed(keep, task, *seq, &big_listed, ctx),
+                false => self.check_seq(store, keep, task, *seq, ctx),
+            }
             *checked.entry(task.clone()).or_insert(0u64) += 1;
         }
         // Also the newest retained checkpoints, acked in this round or before.
@@ -684,11 +978,13 @@ impl Oracle {
             let infos = store
                 .list_checkpoints(&task)
                 .unwrap_or_else(|e| panic!("{ctx}: list_checkpoints {task}: {e}"));
-            for info in infos.iter().rev().take(32) {
+            let newest = if task == BIG_TASK { 4 } else { 32 };
+            for info in infos.iter().rev().take(newest) {
                 self.check_seq(store, keep, &task, info.seq, ctx);
             }
         }
         self.check_calls(store, keep, acks, ctx);
+        self.check_forks(store, ctx);
     }
 
     fn check_seq(
@@ -716,6 +1012,28 @@ impl Oracle {
             ),
             Err(e) => panic!("{ctx}: load {task} {seq}: {e}"),
         }
+    }
+
+    /// Like [`check_seq`](Self::check_seq), for an acked `seq` of `task`, whose `listed`
+    /// checkpoints are given: it is there, unless retention dropped it.
+    fn check_listed(
+        &self,
+        keep: Option<u32>,
+        task: &str,
+        seq: u64,
+        listed: &BTreeSet<u64>,
+        ctx: &str,
+    ) {
+        let latest = self.seen_latest.get(task).copied().unwrap_or(0);
+        let mut floor = self.retention_floor.get(task).copied().unwrap_or(0);
+        if let Some(k) = keep {
+            floor = floor.max(latest.saturating_sub(u64::from(k) - 1));
+        }
+        assert!(
+            listed.contains(&seq) || seq < floor,
+            "{ctx}: LOST COMMIT: {task} seq {seq} acked but not listed (latest {latest}, \
+             retention floor {floor})"
+        );
     }
 
     /// Seqs of `task` below this may have been dropped by retention: the child's, or
@@ -756,7 +1074,27 @@ impl Oracle {
             let floor = self.floor(task, None);
             check_call(&store, &mut pending, task, *seq, *finished, floor, ctx);
         }
+        self.check_forks(&store, ctx);
     }
+}
+
+/// What the store directory shows after a round: segment files recycled (their header's
+/// RECYCLED flag) and segments larger than `segment_bytes` (a record too large for one).
+fn segment_kinds(dir: &Path) -> (u64, u64) {
+    let (mut recycled, mut oversized) = (0, 0);
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if agentwal::log::parse_segment_file_name(&name).is_none() {
+            continue;
+        }
+        let Ok(bytes) = std::fs::read(entry.path()) else {
+            continue;
+        };
+        let header = agentwal::log::SegmentHeader::decode(&bytes, &entry.path());
+        recycled += u64::from(header.is_ok_and(|h| h.is_recycled()));
+        oversized += u64::from(bytes.len() as u64 > SEGMENT_BYTES);
+    }
+    (recycled, oversized)
 }
 
 /// Checks the call of `seq`, begun (and `finished`, if so) with an ack. The call of seq

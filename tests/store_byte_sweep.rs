@@ -12,6 +12,16 @@
 //!   (it looks exactly like a torn tail, DESIGN.md §6.1) and a flip past the data is
 //!   ignored (garbage in preallocated space).
 //!
+//! Twice: in a fresh segment, and in a recycled one (format v2, DESIGN.md §2.6). For the
+//! latter, a prelude retires segment files (a task's records, deleted and compacted
+//! away) and commits a record larger than a segment (it gets a segment of its own), so
+//! the operations land in the next segment, which reuses a retired file: past its data
+//! lie the bytes of its earlier life, and since the store closed cleanly its data ends
+//! with a close record. There the close record is what a flip may drop (the last user
+//! record has a valid record claiming durable predecessors after it, so a flip in it is
+//! corruption), the sweeps run through the close record, and the 64 bytes flipped past
+//! it are old-life bytes.
+//!
 //! The expected answers (task ids, latest seq and state, checkpoints, pending calls, call
 //! results) after each prefix of operations come from the same operations run live on a
 //! second store with `SyncMode::Never`. Every open runs under `catch_unwind`; a panic is a
@@ -25,7 +35,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
-use agentwal::log::{Log, LogOptions};
+use agentwal::log::record::{self, Salt};
+use agentwal::log::{KIND_CLOSE, Log, LogOptions, SegmentHeader};
 use agentwal::log::{RECORD_HEADER_BYTES, SEGMENT_HEADER_BYTES};
 use agentwal::storage::Storage;
 use agentwal::storage::sim::{SimImage, SimStorage};
@@ -180,6 +191,8 @@ fn options(sync: SyncMode) -> Options {
         segment_bytes: SEGMENT_BYTES,
         snapshot_every: 3,
         auto_compact: false,
+        // Records of planned sizes: the prelude fills segments so that one is recycled.
+        compression: agentwal::Compression::None,
         ..Options::default()
     }
 }
@@ -197,6 +210,42 @@ struct Span {
     kind: u8,
 }
 
+/// Where the swept segment comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Segment {
+    /// The store's first segment: preallocated zeros past the data.
+    Fresh,
+    /// A retired file reused: the bytes of its earlier life past the data, and a close
+    /// record at the end of the data.
+    Recycled,
+}
+
+/// Before the operations of a [`Segment::Recycled`] build: commits that fill a few
+/// segments with data (one each to tasks of their own, so every record is a delta of
+/// about 1 KiB), the deletion of those tasks and a compaction (which retires those
+/// segments), then a commit larger than a segment (which gets a segment of its own); the
+/// next record goes to the segment after it, made from a retired file.
+fn prelude(store: &Store) {
+    let tasks: Vec<String> = (0..24).map(|i| format!("prelude-{i}")).collect();
+    for (i, task) in tasks.iter().enumerate() {
+        let text = "p".repeat(1000 + i);
+        let d = AgentDelta::default().message(Message::user(text));
+        store.commit(task, &d).expect("prelude commit");
+    }
+    for task in &tasks {
+        store.delete_task(task).expect("prelude deletion");
+    }
+    let report = store.compact().expect("prelude compaction");
+    assert!(
+        report.segments_deleted > 0,
+        "the prelude retired no segment"
+    );
+    let big = AgentDelta::default().message(Message::user("b".repeat(SEGMENT_BYTES as usize)));
+    store
+        .commit("big", &big)
+        .expect("prelude commit larger than a segment");
+}
+
 /// The store after every operation, and what the sweeps need to judge a recovery.
 struct Built {
     /// `expected[n]`: the answer after the first `n` operations.
@@ -205,6 +254,9 @@ struct Built {
     image: SimImage,
     bytes: Vec<u8>,
     spans: Vec<Span>,
+    /// The close record's span, in a recycled segment (a store that closes cleanly in one
+    /// ends its data with it).
+    close: Option<Span>,
 }
 
 impl Built {
@@ -214,6 +266,11 @@ impl Built {
 
     fn data_end(&self) -> usize {
         self.spans.last().expect("records").end
+    }
+
+    /// End of the segment's records, the close record included.
+    fn records_end(&self) -> usize {
+        self.close.map_or(self.data_end(), |c| c.end)
     }
 
     /// The image with the segment's bytes replaced.
@@ -239,13 +296,17 @@ impl Built {
     }
 }
 
-fn build() -> Built {
+fn build(kind: Segment) -> Built {
     let ops = ops();
     let reference: Store =
         Store::open_on(Arc::new(SimStorage::new()), DIR, options(SyncMode::Never))
             .expect("open reference store");
     let sim = SimStorage::new();
     let store = open(&sim).expect("open store");
+    if kind == Segment::Recycled {
+        prelude(&reference);
+        prelude(&store);
+    }
     let mut expected = vec![answer(&reference).expect("reference answer")];
     for (i, op) in ops.iter().enumerate() {
         run(&reference, op).unwrap_or_else(|e| panic!("reference op {i} {op:?}: {e}"));
@@ -273,10 +334,18 @@ fn build() -> Built {
         .keys()
         .filter(|p| p.extension().is_some_and(|e| e == "wal"))
         .collect();
-    assert_eq!(segments.len(), 1, "one segment: {:?}", image.files.keys());
-    let segment = segments[0].clone();
+    if kind == Segment::Fresh {
+        assert_eq!(segments.len(), 1, "one segment: {:?}", image.files.keys());
+    }
+    let segment = segments.last().expect("a segment").to_path_buf();
     assert_eq!(segment.parent(), Some(Path::new(DIR)));
     let bytes = image.files[&segment].clone();
+    let header = SegmentHeader::decode(&bytes, &segment).expect("the segment's header");
+    assert_eq!(
+        header.is_recycled(),
+        kind == Segment::Recycled,
+        "{kind:?} build: the segment's RECYCLED flag"
+    );
 
     let mut spans = Vec::new();
     let log_options = LogOptions {
@@ -285,6 +354,9 @@ fn build() -> Built {
     };
     let storage: Arc<dyn Storage> = Arc::new(SimStorage::from_image(&image));
     Log::open_read_only_on(storage, DIR, log_options, |r| {
+        if r.segment != segment {
+            return Ok(()); // the prelude's
+        }
         let start = r.offset as usize;
         let end = start + RECORD_HEADER_BYTES + r.payload.len();
         spans.push(Span {
@@ -303,17 +375,40 @@ fn build() -> Built {
         assert_eq!(w[0].end, w[1].start, "records are contiguous");
     }
     let data_end = spans.last().expect("records").end;
-    assert!(
-        bytes.len() >= data_end + FLIP_PAST_END && bytes[data_end..].iter().all(|&b| b == 0),
-        "the segment is preallocated with zeros past the data ({} bytes, data ends at {data_end})",
-        bytes.len()
-    );
+    // Recovery does not hand close records to visitors: decode it here.
+    let close = record::decode(&bytes[data_end..], header.salt)
+        .ok()
+        .filter(|(h, _)| h.kind == KIND_CLOSE)
+        .map(|(h, _)| Span {
+            start: data_end,
+            end: data_end + h.record_bytes() as usize,
+            kind: KIND_CLOSE,
+        });
+    let end = close.map_or(data_end, |c| c.end);
+    assert!(bytes.len() >= end + FLIP_PAST_END, "room past the data");
+    match kind {
+        Segment::Fresh => assert!(
+            close.is_none() && bytes[data_end..].iter().all(|&b| b == 0),
+            "the segment is preallocated with zeros past the data ({} bytes, data ends at \
+             {data_end})",
+            bytes.len()
+        ),
+        Segment::Recycled => {
+            assert!(close.is_some(), "a clean close left no close record");
+            assert!(
+                matches!(header.salt, Salt::Salted(_))
+                    && bytes[end..end + FLIP_PAST_END].iter().any(|&b| b != 0),
+                "no bytes of an earlier life right past the data"
+            );
+        }
+    }
     Built {
         expected,
         segment,
         image,
         bytes,
         spans,
+        close,
     }
 }
 
@@ -373,10 +468,10 @@ enum Damage {
     Zero,
 }
 
-/// Recovery from `damage` at every offset `0..=data_end`; returns the failures.
+/// Recovery from `damage` at every offset `0..=records_end`; returns the failures.
 fn prefix_sweep(built: &Built, damage: Damage) -> Vec<String> {
     let mut failures = Vec::new();
-    for k in 0..=built.data_end() {
+    for k in 0..=built.records_end() {
         let mut bytes = built.bytes.clone();
         match damage {
             Damage::Truncate => bytes.truncate(k),
@@ -421,12 +516,17 @@ struct FlipCounts {
     ignored: u64,
 }
 
-/// Every bit flip of `[0, data_end + FLIP_PAST_END)`; returns the counts and failures.
+/// Every bit flip of `[0, records_end + FLIP_PAST_END)`; returns the counts and failures.
 fn flip_sweep(built: &Built) -> (FlipCounts, Vec<String>) {
     let mut counts = FlipCounts::default();
     let mut failures = Vec::new();
     let ops = built.spans.len();
-    for byte in 0..built.data_end() + FLIP_PAST_END {
+    let in_close = |byte: usize| {
+        built
+            .close
+            .is_some_and(|c| (c.start..c.end).contains(&byte))
+    };
+    for byte in 0..built.records_end() + FLIP_PAST_END {
         let record = built.record_at(byte);
         for bit in 0..8 {
             counts.flips += 1;
@@ -436,6 +536,7 @@ fn flip_sweep(built: &Built) -> (FlipCounts, Vec<String>) {
                 let at = match record {
                     Some(r) => format!("record {r} of {ops}"),
                     None if byte < HEADER => "the segment header".into(),
+                    None if in_close(byte) => "the close record".into(),
                     None => "past the data".into(),
                 };
                 format!("flip of byte {byte} bit {bit} (in {at}): {why}")
@@ -450,6 +551,12 @@ fn flip_sweep(built: &Built) -> (FlipCounts, Vec<String>) {
             // Where a corruption report may point: the damaged record (or the header).
             let lowest = record.map_or(0, |r| built.spans[r].start);
             let past_data = byte >= built.data_end();
+            // The last batch, which a flip turns into a torn tail: the close record if
+            // there is one, else the last user record.
+            let last_batch = match built.close {
+                Some(_) => in_close(byte),
+                None => record == Some(ops - 1),
+            };
             match opened {
                 Err(Error::Corruption {
                     segment,
@@ -477,11 +584,13 @@ fn flip_sweep(built: &Built) -> (FlipCounts, Vec<String>) {
                 }
                 Err(e) => failures.push(fail(format!("open failed: {e}"))),
                 Ok(store) => {
-                    // A flip in the last record looks exactly like a torn tail (DESIGN.md
-                    // §6.1): that record is dropped. Past the data: nothing is lost.
+                    // A flip in the last batch looks exactly like a torn tail (DESIGN.md
+                    // §6.1): that batch is dropped (a close record holds no operation).
+                    // Past the data: nothing is lost.
                     let want = match record {
-                        Some(r) if r + 1 == ops => ops - 1,
-                        None if past_data => ops,
+                        _ if last_batch && built.close.is_some() => ops,
+                        Some(r) if last_batch => r,
+                        None if past_data && !last_batch => ops,
                         _ => {
                             let why = "opened: silent wrong state or lost acknowledged record";
                             failures.push(fail(why.into()));
@@ -501,8 +610,17 @@ fn flip_sweep(built: &Built) -> (FlipCounts, Vec<String>) {
 
 #[test]
 fn store_survives_truncation_zeroing_and_bit_flips_at_every_byte() {
+    sweep_all(Segment::Fresh);
+}
+
+#[test]
+fn store_in_a_recycled_segment_survives_truncation_zeroing_and_bit_flips_at_every_byte() {
+    sweep_all(Segment::Recycled);
+}
+
+fn sweep_all(kind: Segment) {
     let started = Instant::now();
-    let built = build();
+    let built = build(kind);
     let data_end = built.data_end();
     let truncated = prefix_sweep(&built, Damage::Truncate);
     let zeroed = prefix_sweep(&built, Damage::Zero);
@@ -514,13 +632,14 @@ fn store_survives_truncation_zeroing_and_bit_flips_at_every_byte() {
         "every flip is judged"
     );
     let failures: Vec<String> = [truncated, zeroed, flipped].concat();
+    let swept_end = built.records_end();
     println!(
-        "store byte sweep: {} records in {data_end} bytes; {} truncation offsets, {} zeroed \
-         offsets, {} flips: {} corruption, {} unsupported, {} torn/ignored; {} wrong states \
-         or panics; {:.1} s",
+        "store byte sweep ({kind:?} segment): {} records in {data_end} bytes (swept to \
+         {swept_end}); {} truncation offsets, {} zeroed offsets, {} flips: {} corruption, {} \
+         unsupported, {} torn/ignored; {} wrong states or panics; {:.1} s",
         built.spans.len(),
-        data_end + 1,
-        data_end + 1,
+        swept_end + 1,
+        swept_end + 1,
         counts.flips,
         counts.corruption,
         counts.unsupported,

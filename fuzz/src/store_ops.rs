@@ -2,14 +2,20 @@
 //! against a real [`Store`] (tiny segments, so rotation happens; snapshots every 1 to 4
 //! commits; sometimes `keep_checkpoints`) and against a plain in-memory model. Every
 //! answer must equal the model's: the same value, or an error of the same variant and
-//! fields.
+//! fields. A delta may carry a big message (up to 8 KiB, more than a 4 KiB segment), so
+//! states grow larger than a segment and their snapshots, forks and big deltas get
+//! segments of their own (format v2); compaction retires segment files, which rotations
+//! recycle.
 //!
 //! Crashes: with `SyncMode::Always` every acknowledged operation is durable, so a crash may
 //! only leave bytes that were never acknowledged. `Crash` drops the store (nothing is
-//! flushed or closed by a drop that a kill would not also skip) and then damages only what
-//! lies past the last record of the newest segment: arbitrary garbage (a torn write of an
-//! unacknowledged batch), or a cut of the preallocated zeros. The reopened store must
-//! equal the model exactly; garbage must be reported as torn bytes.
+//! flushed by a drop that a kill would not also skip; in a recycled segment the drop
+//! appends a close record, which a kill would not) and then damages only what lies past
+//! the last record of the newest segment: arbitrary garbage (a torn write of an
+//! unacknowledged batch), or a cut of the preallocated zeros (or, in a recycled segment,
+//! of an earlier life's bytes). The reopened store must equal the model exactly; garbage
+//! must be reported as torn bytes, unless it follows a close record: after one, nothing
+//! of this life follows, and bytes there are taken for an earlier life's.
 //!
 //! After every reopen, compaction and read-only view, a sweep compares every task, seq,
 //! checkpoint list and tool call with the model.
@@ -20,7 +26,7 @@ use std::path::{Path, PathBuf};
 
 use agentwal::log::SegmentHeader;
 use agentwal::log::record::{self, Salt};
-use agentwal::log::{KIND_SEAL, SEGMENT_HEADER_BYTES, parse_segment_file_name};
+use agentwal::log::{KIND_CLOSE, KIND_SEAL, SEGMENT_HEADER_BYTES, parse_segment_file_name};
 use agentwal::{AgentDelta, AgentState, Error, Message, Options, State, Store, SyncMode};
 use arbitrary::{Arbitrary, Unstructured};
 
@@ -90,6 +96,8 @@ struct DeltaSpec {
     message: Option<(u8, u8)>,
     set: Option<(u8, i16)>,
     unset: Option<u8>,
+    /// A big message: `(n % 16 + 1) * 512` bytes.
+    big: Option<u8>,
 }
 
 #[derive(Debug, Clone, Arbitrary)]
@@ -123,6 +131,10 @@ impl DeltaSpec {
         }
         if let Some(key) = self.unset {
             d = d.unset(pick(&VAR_KEYS, key));
+        }
+        if let Some(n) = self.big {
+            let text = char::from(b'a' + n % 26).to_string();
+            d = d.message(Message::user(text.repeat((usize::from(n) % 16 + 1) * 512)));
         }
         d
     }
@@ -542,7 +554,7 @@ fn damage_tail(dir: &Path, damage: &TailDamage) -> bool {
         return false;
     };
     let bytes = std::fs::read(&path).expect("reading the newest segment");
-    let Some(end) = data_end(&bytes) else {
+    let Some((end, closed)) = data_end(&bytes) else {
         return false; // sealed: nothing in it is unacknowledged
     };
     let file = std::fs::OpenOptions::new()
@@ -574,7 +586,9 @@ fn damage_tail(dir: &Path, damage: &TailDamage) -> bool {
             }
             file.write_all_at(garbage, at as u64)
                 .expect("writing garbage");
-            garbage.iter().any(|&b| b != 0)
+            // After a close record, no torn write of this life can lie: recovery takes
+            // the bytes for an earlier life's.
+            !closed && garbage.iter().any(|&b| b != 0)
         }
     }
 }
@@ -596,15 +610,18 @@ fn salt_of(bytes: &[u8]) -> Salt {
     SegmentHeader::decode(bytes, Path::new("segment")).map_or(Salt::Unsalted, |h| h.salt)
 }
 
-/// Offset just past the last record of a segment; `None` if it ends with a seal.
-fn data_end(bytes: &[u8]) -> Option<usize> {
+/// Offset just past the last record of a segment, and whether that record is a close
+/// record; `None` if it ends with a seal.
+fn data_end(bytes: &[u8]) -> Option<(usize, bool)> {
     let salt = salt_of(bytes);
     let mut pos = SEGMENT_HEADER_BYTES;
+    let mut closed = false;
     while let Ok((h, _)) = record::decode(bytes.get(pos..)?, salt) {
         if h.kind == KIND_SEAL {
             return None;
         }
+        closed = h.kind == KIND_CLOSE;
         pos += h.record_bytes() as usize;
     }
-    Some(pos)
+    Some((pos, closed))
 }
