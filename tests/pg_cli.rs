@@ -562,7 +562,7 @@ fn verify_passes_on_histories_written_on_postgresql() {
     assert_eq!(tasks["tasks"][1]["forked_from"]["seq"], 19);
 }
 
-/// A local store whose snapshots and deltas are stored compressed (the default) migrates
+/// A local store whose snapshots and deltas are stored compressed migrates
 /// with its bodies decompressed: PostgreSQL stores bodies as encoded (DESIGN.md §7.13).
 /// Every seq loads the same state on both, both verify, and the bodies PostgreSQL holds
 /// are the local bodies uncompressed, byte for byte in total.
@@ -583,6 +583,11 @@ fn migrate_decompresses_a_compressed_store() {
     {
         let options = Options {
             snapshot_every: 4,
+            // Deltas too (the default compresses snapshots only).
+            compression: agentwal::Compression::Zstd {
+                level: agentwal::ZSTD_LEVEL_DEFAULT,
+                deltas: true,
+            },
             ..Options::default()
         };
         let store: Store = Store::open_with(dir.path(), options).unwrap();
