@@ -19,6 +19,14 @@
 //!
 //! After every reopen, compaction and read-only view, a sweep compares every task, seq,
 //! checkpoint list and tool call with the model.
+//!
+//! Journal pruning (DESIGN.md §7.4): with `keep_checkpoints` set, each compaction pass
+//! prunes the calls that finished before their task's oldest retained checkpoint. The
+//! writer's index then hides them at once, but their two records leave the log only
+//! when a pass drops both, which depends on where segments end; the model does not
+//! track segments, so it leaves that open (`maybe_dropped`) and learns which it was from
+//! the first answer that tells the two apart (a `begin_call` of the id, or a reopen),
+//! holding every other answer exact meanwhile.
 
 use std::collections::BTreeMap;
 use std::os::unix::fs::FileExt;
@@ -193,6 +201,15 @@ struct CallModel {
     tool: String,
     args: Vec<u8>,
     result: Option<Vec<u8>>,
+    /// The task's latest seq when the call finished: it finished before checkpoint
+    /// `finished_at + 1`, and so before every later one.
+    finished_at: Option<u64>,
+    /// Pruned by a compaction pass: the writer's index hides it (no result, and its id
+    /// is still taken while its records stay in the log).
+    pruned: bool,
+    /// Pruned, and a pass since may have dropped its records (then the id is free and a
+    /// fresh open does not know it); unknown until an answer tells.
+    maybe_dropped: bool,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -209,6 +226,16 @@ struct TaskModel {
 struct Model {
     tasks: BTreeMap<String, TaskModel>,
     keep: Option<u64>,
+    fates: Fates,
+}
+
+/// How often an answer told a pruned call's fate, by what it told.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+struct Fates {
+    /// Its records were still in the log.
+    kept: u32,
+    /// They had left it.
+    dropped: u32,
 }
 
 impl Model {
@@ -285,16 +312,32 @@ impl Model {
         }
     }
 
-    fn begin_call(&mut self, task: &str, call: &str, tool: &str, args: &[u8]) -> Outcome<()> {
-        if let Some(c) = self
-            .tasks
-            .get(task)
-            .and_then(|t| t.calls.iter().find(|c| c.id == call))
+    /// `got`: the store's answer, which alone tells whether a pruned call that may have
+    /// been dropped was (the id began afresh) or was not (refused: it is finished).
+    fn begin_call(
+        &mut self,
+        task: &str,
+        call: &str,
+        tool: &str,
+        args: &[u8],
+        got: &Outcome<()>,
+    ) -> Outcome<()> {
+        let calls = self.tasks.get_mut(task).map(|t| &mut t.calls);
+        if let Some(calls) = calls
+            && let Some(i) = calls.iter().position(|c| c.id == call)
         {
-            return match c.result.is_none() && c.tool == tool && c.args == args {
-                true => Ok(()),
-                false => Err(Fail::InvalidArgument),
-            };
+            let c = &mut calls[i];
+            if c.maybe_dropped && got.is_ok() {
+                self.fates.dropped += 1;
+                calls.remove(i);
+            } else {
+                self.fates.kept += u32::from(c.maybe_dropped);
+                c.maybe_dropped = false;
+                return match c.result.is_none() && c.tool == tool && c.args == args {
+                    true => Ok(()),
+                    false => Err(Fail::InvalidArgument),
+                };
+            }
         }
         self.tasks
             .entry(task.into())
@@ -305,24 +348,76 @@ impl Model {
                 tool: tool.into(),
                 args: args.to_vec(),
                 result: None,
+                finished_at: None,
+                pruned: false,
+                maybe_dropped: false,
             });
         Ok(())
     }
 
     fn finish_call(&mut self, task: &str, call: &str, result: &[u8]) -> Outcome<()> {
+        let latest = self.latest(task);
         let Some(t) = self.tasks.get_mut(task) else {
             return Err(Fail::UnknownTask(task.into()));
         };
         let Some(c) = t.calls.iter_mut().find(|c| c.id == call) else {
             return Err(Fail::InvalidArgument);
         };
+        // Pruned: refused whether its records stay (it is hidden) or were dropped (the id
+        // names no call); both answers agree, so this tells nothing.
+        if c.pruned {
+            return Err(Fail::InvalidArgument);
+        }
         match &c.result {
             Some(r) if r == result => Ok(()),
             Some(_) => Err(Fail::InvalidArgument),
             None => {
                 c.result = Some(result.to_vec());
+                c.finished_at = Some(latest);
                 Ok(())
             }
+        }
+    }
+
+    /// A compaction pass with retention prunes every call that finished before its
+    /// task's oldest retained checkpoint (a task without checkpoints prunes none); any
+    /// pruned call's records may leave the log in this pass.
+    fn compacted(&mut self) {
+        if self.keep.is_none() {
+            return;
+        }
+        let retained: BTreeMap<String, u64> = (self.tasks.keys())
+            .map(|t| (t.clone(), self.retained_from(t)))
+            .collect();
+        for (task, t) in self.tasks.iter_mut() {
+            let horizon = retained[task];
+            for c in t.calls.iter_mut() {
+                if c.finished_at.is_some_and(|at| at < horizon) || c.pruned {
+                    c.pruned = true;
+                    c.maybe_dropped = true;
+                }
+            }
+        }
+    }
+
+    /// A store opened afresh on the log indexes every call whose records it still holds,
+    /// none pruned. `result_of` asks it for a call's result, which tells a pruned call's
+    /// fate where it was open: its result (kept) or none (dropped).
+    fn reopened(&mut self, result_of: &dyn Fn(&str, &str) -> Option<Vec<u8>>) {
+        let fates = &mut self.fates;
+        for (task, t) in self.tasks.iter_mut() {
+            t.calls.retain_mut(|c| {
+                let kept = !c.maybe_dropped || result_of(task, &c.id) == c.result;
+                if c.maybe_dropped {
+                    *match kept {
+                        true => &mut fates.kept,
+                        false => &mut fates.dropped,
+                    } += 1;
+                }
+                c.pruned = false;
+                c.maybe_dropped = false;
+                kept
+            });
         }
     }
 }
@@ -340,15 +435,15 @@ struct Run {
 /// Decodes the input and runs it; panics where the store and the model disagree.
 pub fn check(data: &[u8]) {
     let u = Unstructured::new(data);
-    let Ok(input) = Input::arbitrary_take_rest(u) else {
-        return;
-    };
+    if let Ok(input) = Input::arbitrary_take_rest(u) {
+        run(&input);
+    }
+}
+
+/// Runs `input`; returns what answers told of pruned calls' fates.
+fn run(input: &Input) -> Fates {
     let scratch = super::scratch_dir();
-    // Retention is off for now: with it, compaction prunes finished tool calls (DESIGN.md
-    // §7.4), which this model does not know yet (fuzz/known-failures/store_ops). Until it
-    // does, `input.keep` is read but unused; tests/store_model.rs models the pruning.
-    let _ = input.keep;
-    let keep: Option<u64> = None;
+    let keep = input.keep.map(|k| 1 + u64::from(k % 3));
     let options = Options {
         sync: SyncMode::Always,
         segment_bytes: if input.big_segments { 16384 } else { 4096 },
@@ -371,6 +466,7 @@ pub fn check(data: &[u8]) {
         run.apply(op, &format!("op #{i} {op:?}"));
     }
     run.sweep(run.store(), true, "the final sweep");
+    run.model.fates
 }
 
 impl Run {
@@ -383,6 +479,11 @@ impl Run {
         let store = Store::open_with(&self.dir, self.options)
             .unwrap_or_else(|e| panic!("{what}: open failed: {e}"));
         let report = store.recovery_report();
+        self.model.reopened(&|task, call| {
+            store
+                .call_result(task, call)
+                .unwrap_or_else(|e| panic!("{what}: call_result {call}: {e}"))
+        });
         self.store = Some(store);
         report
     }
@@ -435,7 +536,7 @@ impl Run {
                 let (task, call) = (pick(&TASKS, *task), pick(&CALLS, *call));
                 let (tool, args) = (pick(&TOOLS, *tool), pick(&BLOBS, *args));
                 let got = classify(self.store().begin_call(task, call, tool, args), what);
-                let want = self.model.begin_call(task, call, tool, args);
+                let want = self.model.begin_call(task, call, tool, args, &got);
                 assert_eq!(got, want, "{what}");
             }
             Op::FinishCall { task, call, result } => {
@@ -464,6 +565,7 @@ impl Run {
                 self.store()
                     .compact()
                     .unwrap_or_else(|e| panic!("{what}: compaction failed: {e}"));
+                self.model.compacted();
                 self.sweep(self.store(), true, what);
             }
             Op::ReadOnlyView => {
@@ -477,8 +579,10 @@ impl Run {
         }
     }
 
-    /// Compares everything the store answers with the model. `retention`: the store
-    /// applies the model's retention; otherwise it may also serve older seqs it still has.
+    /// Compares everything the store answers with the model. `retention`: the writer's
+    /// handle, which applies the model's retention and hides the calls it pruned;
+    /// otherwise a fresh read-only view, which may also serve older seqs it still has and
+    /// pruned calls whose records stay.
     fn sweep(&self, store: &Store, retention: bool, what: &str) {
         let what = format!("{what}, sweep");
         let ids: Vec<String> = self.model.tasks.keys().cloned().collect();
@@ -541,11 +645,18 @@ impl Run {
                 let got = store
                     .call_result(task, call)
                     .unwrap_or_else(|e| panic!("{what}: call_result {call}: {e}"));
-                let want = calls
-                    .iter()
-                    .find(|c| c.id == call)
-                    .and_then(|c| c.result.clone());
-                assert_eq!(got, want, "{what}: call_result {call}");
+                let model = calls.iter().find(|c| c.id == call);
+                // The writer hides what it pruned; a fresh view shows what the log holds.
+                let fine = match model {
+                    None => got.is_none(),
+                    Some(c) if retention && c.pruned => got.is_none(),
+                    Some(c) if c.maybe_dropped => got.is_none() || got == c.result,
+                    Some(c) => got == c.result,
+                };
+                assert!(
+                    fine,
+                    "{what}: call_result {call}: got {got:?}, model {model:?}"
+                );
             }
         }
     }
@@ -628,4 +739,73 @@ fn data_end(bytes: &[u8]) -> Option<(usize, bool)> {
         pos += h.record_bytes() as usize;
     }
     Some((pos, closed))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn commit() -> Op {
+        let delta = DeltaSpec {
+            message: Some((0, 5)),
+            set: None,
+            unset: None,
+            big: None,
+        };
+        Op::Commit { task: 0, delta }
+    }
+
+    /// A call begun and finished; `blob` picks its args and result from `BLOBS`.
+    fn call(task: u8, call: u8, blob: u8) -> [Op; 2] {
+        [
+            Op::BeginCall {
+                task,
+                call,
+                tool: 0,
+                args: blob,
+            },
+            Op::FinishCall {
+                task,
+                call,
+                result: blob,
+            },
+        ]
+    }
+
+    /// The model's open question has both answers within reach. Task a's calls k1 and k3
+    /// finish first; calls of tasks b and c with 300-byte args and results (records are
+    /// not compressed) fill the segment, so it is sealed; k2 finishes in the active one.
+    /// With `keep_checkpoints = 1`, a compaction prunes a's three calls and drops the
+    /// records of k1 and k3; a new `begin_call` of k1 and a reopen (k3, k2) tell.
+    #[test]
+    fn the_model_learns_both_fates_of_a_pruned_call() {
+        let mut ops: Vec<Op> = [call(0, 0, 3), call(0, 2, 3)].concat();
+        for (task, id) in [(1, 0), (1, 1), (1, 2), (2, 0), (2, 1), (2, 2)] {
+            ops.extend(call(task, id, 3));
+        }
+        ops.extend([commit(), commit()]);
+        ops.extend(call(0, 1, 1));
+        ops.extend([commit(), commit(), Op::Compact]);
+        ops.push(Op::BeginCall {
+            task: 0,
+            call: 0,
+            tool: 1,
+            args: 0,
+        });
+        ops.push(Op::Reopen);
+        assert!(ops.len() <= OPS_MAX);
+        let input = Input {
+            snapshot_every: 0,
+            keep: Some(0),
+            big_segments: false,
+            ops,
+        };
+        assert_eq!(
+            run(&input),
+            Fates {
+                kept: 1,
+                dropped: 2
+            }
+        );
+    }
 }
