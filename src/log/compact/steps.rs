@@ -22,9 +22,8 @@ use crate::error::{CorruptionReason, Error, Result};
 use crate::log::format::*;
 use crate::log::record::{self, RecordHeader, Salt};
 use crate::log::recycle;
-use crate::log::segment::{SegmentHeader, list_segments, segment_path, sync_dir};
+use crate::log::segment::{SegmentHeader, list_segments, read_header, segment_path, sync_dir};
 use crate::log::{Log, RecordPos};
-use crate::storage::Storage;
 
 /// A compacted segment written and fsynced, not yet installed.
 #[derive(Debug)]
@@ -191,7 +190,8 @@ impl Log {
             // give it, the LSN the seal of `through_id` hands on. (If the writer creates
             // it meanwhile, the header says the same.)
             Some((id, first_lsn)) if id == through_id + 1 => first_lsn,
-            _ => read_header(self.storage(), &segment_path(self.dir(), through_id + 1))?.first_lsn,
+            // Any failure to read its header, I/O or decode, fails the compaction.
+            _ => read_header(self.storage(), &segment_path(self.dir(), through_id + 1))??.first_lsn,
         })
     }
 
@@ -353,14 +353,4 @@ impl Log {
     fn recyclable(&self) -> std::ops::RangeInclusive<u64> {
         recycle::reusable_bytes(self.inner.options.segment_bytes)
     }
-}
-
-fn read_header(storage: &dyn Storage, path: &Path) -> Result<SegmentHeader> {
-    let file = storage
-        .open(path, false)
-        .map_err(|e| Error::io(format!("opening {}", path.display()), e))?;
-    let mut buf = [0u8; SEGMENT_HEADER_BYTES];
-    file.read_exact_at(&mut buf, 0)
-        .map_err(|e| Error::io(format!("reading the header of {}", path.display()), e))?;
-    SegmentHeader::decode(&buf, path)
 }
