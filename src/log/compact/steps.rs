@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 
 use crate::error::{CorruptionReason, Error, Result};
 use crate::log::format::*;
-use crate::log::record::{self, RecordHeader, Salt};
+use crate::log::record::{self, Internal, RecordHeader, Salt};
 use crate::log::recycle;
 use crate::log::segment::{SegmentHeader, list_segments, read_header, segment_path, sync_dir};
 use crate::log::{Log, RecordPos};
@@ -131,19 +131,15 @@ impl Log {
             first_lsn,
         } = self.copy_live(through_id, live, salt)?;
         let seal_offset = (SEGMENT_HEADER_BYTES + body.len()) as u64;
-        let seal = RecordHeader {
-            payload_len: SEAL_PAYLOAD_BYTES as u32,
-            lsn: next_first_lsn,
-            kind: KIND_SEAL,
-            flags: FLAG_BATCH_START | FLAG_BATCH_END,
-        };
-        let next_id = (through_id + 1).to_le_bytes();
-        record::encode_into(
+        // No durable-before flag: the body before it is written in the same write, not
+        // fsynced first.
+        let next_id = through_id + 1;
+        record::encode_internal(
             &mut body,
             salt,
-            &seal,
-            record::payload_crc(&next_id),
-            &next_id,
+            Internal::Seal { next_id },
+            next_first_lsn,
+            false,
         );
         // The index is switched to `moved` once the file is in place: every new position
         // must be a record of it, in order, before the seal (recovery checks the records'
