@@ -120,11 +120,6 @@ pub(crate) fn retire(
     done.map_err(|e| Error::io(format!("removing {}", path.display()), e))
 }
 
-/// Whether `e` says the disk is full.
-pub(crate) fn is_disk_full(e: &Error) -> bool {
-    matches!(e, Error::Io { source, .. } if source.raw_os_error() == Some(libc::ENOSPC))
-}
-
 /// Deletes the retired files, then fsyncs the directory if any went; returns how many.
 /// With `keep` (at open), those that could be reused, v2 files with a length in it, stay;
 /// without, all go (their space is needed on a full disk).

@@ -163,8 +163,7 @@ impl Log {
         if let Err(e) = self.write_compacted(&tmp, &header, &body) {
             // Retired files hold space that a full disk needs for this file: give them up
             // and try once more.
-            if !recycle::is_disk_full(&e) || recycle::drain(self.storage(), self.dir(), None)? == 0
-            {
+            if !e.is_disk_full() || recycle::drain(self.storage(), self.dir(), None)? == 0 {
                 return Err(e);
             }
             self.write_compacted(&tmp, &header, &body)?;
