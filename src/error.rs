@@ -335,4 +335,11 @@ impl Error {
             source,
         }
     }
+
+    /// Whether this is an I/O error saying the disk is full (`ENOSPC`). Compaction tells
+    /// it apart to give up the retired files' space and retry; so may a caller, to make
+    /// room (compact, delete tasks) before retrying a commit.
+    pub fn is_disk_full(&self) -> bool {
+        matches!(self, Error::Io { source, .. } if source.raw_os_error() == Some(libc::ENOSPC))
+    }
 }

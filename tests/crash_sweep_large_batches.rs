@@ -54,7 +54,6 @@
 mod common;
 
 use std::collections::HashSet;
-
 use std::ops::Range;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -62,17 +61,14 @@ use std::sync::mpsc::sync_channel;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use std::collections::HashMap;
-
 use agentwal::log::PREALLOCATE_BYTES;
-use agentwal::log::{CompactionHooks, RecordPos};
 use agentwal::log::{Log, LogOptions, LogStats, RecoveryMode, SyncMode};
 use agentwal::storage::Storage;
 use agentwal::storage::sim::{SimImage, SimOp, SimStorage};
 use common::env::env_u64;
+use common::hooks::NothingLive;
 use common::panic_text;
 use common::rng::Rng;
-use parking_lot::RwLock;
 
 /// The log's directory on the simulated disk.
 const DIR: &str = "/agents/wal";
@@ -153,6 +149,26 @@ struct Appended {
     end: u64,
 }
 
+/// Appends `payload` (without faults) and notes the storage operations the append ran.
+fn append_recorded(
+    sim: &SimStorage,
+    log: &Log,
+    kind: u8,
+    payload: Vec<u8>,
+) -> (agentwal::log::Appended, Appended) {
+    let start = sim.ops();
+    let a = log.append(kind, &payload).expect("append without faults");
+    let end = sim.ops();
+    let appended = Appended {
+        lsn: a.lsn,
+        kind,
+        payload,
+        start,
+        end,
+    };
+    (a, appended)
+}
+
 /// A recorded run.
 struct Recording {
     ops: Vec<SimOp>,
@@ -198,17 +214,8 @@ fn record(w: &Workload) -> Recording {
             false => 1 + rng.below(2 << 10),
         };
         let kind = 1 + (i % 5) as u8;
-        let payload = rng.bytes(len as usize);
-        let start = sim.ops();
-        let a = log.append(kind, &payload).expect("append without faults");
-        let end = sim.ops();
-        appends.push(Appended {
-            lsn: a.lsn,
-            kind,
-            payload,
-            start,
-            end,
-        });
+        let (_, appended) = append_recorded(&sim, &log, kind, rng.bytes(len as usize));
+        appends.push(appended);
         if i < w.large {
             after_large = log.stats();
             zeros.push(after_large.zero_bytes_written);
@@ -525,27 +532,6 @@ fn extending() {
     sweep(w, &rec, extending.start..last.end + 1);
 }
 
-/// Compaction hooks of a log whose records are all dead: a pass retires every sealed
-/// segment.
-struct NothingLive(RwLock<()>);
-
-impl CompactionHooks for NothingLive {
-    fn positions_lock(&self) -> &RwLock<()> {
-        &self.0
-    }
-    fn live_records(&self, _: &dyn Fn(RecordPos) -> bool) -> (Vec<RecordPos>, u64) {
-        (Vec::new(), 0)
-    }
-    fn orphan(
-        &self,
-        _: &dyn Fn(RecordPos) -> bool,
-        _: &HashMap<RecordPos, RecordPos>,
-    ) -> Option<RecordPos> {
-        None
-    }
-    fn remap(&self, _: &HashMap<RecordPos, RecordPos>) {}
-}
-
 /// [`RECYCLED`]'s recording: a prelude fills segments and compacts them all away (their
 /// files retired for reuse), then the recorded run appends the large phase (one record
 /// larger than a segment) and the small one.
@@ -556,7 +542,7 @@ fn record_recycled(w: &Workload) -> Recording {
     while log.stats().rotations < 5 {
         log.append(9, &rng.bytes(60 << 10)).expect("prelude append");
     }
-    log.compact(true, &NothingLive(RwLock::new(())))
+    log.compact(true, &NothingLive::default())
         .expect("prelude compaction")
         .expect("a compaction pass");
     drop(log);
@@ -583,10 +569,7 @@ fn record_recycled(w: &Workload) -> Recording {
             _ => 1 + rng.below(2 << 10),
         };
         let kind = 1 + (i % 5) as u8;
-        let payload = rng.bytes(len as usize);
-        let start = sim.ops();
-        let a = log.append(kind, &payload).expect("append without faults");
-        let end = sim.ops();
+        let (a, appended) = append_recorded(&sim, &log, kind, rng.bytes(len as usize));
         let path = agentwal::log::segment_path(std::path::Path::new(DIR), a.pos.segment_id);
         let file = &sim.volatile_image().files[&path];
         let past = (a.pos.offset + u64::from(a.bytes)) as usize;
@@ -594,13 +577,7 @@ fn record_recycled(w: &Workload) -> Recording {
         if header.is_recycled() && file[past..].iter().take(4096).any(|&b| b != 0) {
             over_old_bytes += 1;
         }
-        appends.push(Appended {
-            lsn: a.lsn,
-            kind,
-            payload,
-            start,
-            end,
-        });
+        appends.push(appended);
     }
     let stats = log.stats();
     drop(log);

@@ -11,17 +11,17 @@
 //! every old fixture keeps being opened:
 //! `AGENTWAL_WRITE_FIXTURE=tests/fixtures/v1-store cargo test --release --test format_fixture -- --ignored`
 
+mod common;
+
 use std::path::{Path, PathBuf};
 
-use agentwal::log::record::{self, Salt};
-use agentwal::log::{
-    FORMAT_VERSION, FORMAT_VERSION_V1, KIND_SEAL, SEGMENT_HEADER_BYTES, SegmentHeader,
-    parse_free_file_name, parse_segment_file_name,
-};
+use agentwal::log::record::Salt;
+use agentwal::log::{FORMAT_VERSION, FORMAT_VERSION_V1, SegmentHeader};
 use agentwal::{
     AgentDelta, AgentState, CallInfo, CheckpointInfo, Message, Options, PendingCall, State, Store,
     Value,
 };
+use common::segments::{copy_dir, free_files, read_header, segment_files, walk_salted};
 use tempfile::TempDir;
 
 fn fixture() -> PathBuf {
@@ -137,11 +137,7 @@ fn a_store_written_by_format_version_1_opens_and_reads_back() {
 
 #[test]
 fn a_store_written_by_format_version_1_takes_new_commits() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    for entry in std::fs::read_dir(fixture()).expect("fixture") {
-        let entry = entry.expect("entry");
-        std::fs::copy(entry.path(), dir.path().join(entry.file_name())).expect("copy");
-    }
+    let dir = fixture_copy();
     let store: Store = Store::open_with(dir.path(), options()).expect("open for writing");
     check(&store);
     assert_eq!(
@@ -157,46 +153,29 @@ fn a_store_written_by_format_version_1_takes_new_commits() {
 
 /// A copy of the fixture, to open for writing.
 fn fixture_copy() -> TempDir {
-    let dir = tempfile::tempdir().expect("tempdir");
-    for entry in std::fs::read_dir(fixture()).expect("fixture") {
-        let entry = entry.expect("entry");
-        std::fs::copy(entry.path(), dir.path().join(entry.file_name())).expect("copy");
-    }
-    dir
+    copy_dir(&fixture())
 }
 
 /// Each segment file of `dir` (by id): its header, and the version field as it lies on
 /// disk.
 fn segment_headers(dir: &Path) -> Vec<(u64, SegmentHeader, u32)> {
-    let mut out: Vec<(u64, SegmentHeader, u32)> = std::fs::read_dir(dir)
-        .expect("read dir")
-        .filter_map(|e| {
-            let e = e.ok()?;
-            let id = parse_segment_file_name(&e.file_name().to_string_lossy())?;
-            let bytes = std::fs::read(e.path()).expect("read segment");
-            let header = SegmentHeader::decode(&bytes, &e.path()).expect("header");
-            let version = u32::from_le_bytes(bytes[8..12].try_into().expect("4 bytes"));
-            Some((id, header, version))
-        })
-        .collect();
-    out.sort_by_key(|(id, _, _)| *id);
-    out
+    segment_files(dir)
+        .into_iter()
+        .map(|(id, path)| (id, read_header(&path), version_field(&path)))
+        .collect()
 }
 
-/// The record kinds of segment `path`, validated under its header's salt, to its first
-/// position that does not validate.
-fn record_kinds(path: &Path, salt: Salt) -> Vec<u8> {
+/// The version field of the header of the file at `path`, as it lies on disk.
+fn version_field(path: &Path) -> u32 {
     let bytes = std::fs::read(path).expect("read segment");
-    let mut at = SEGMENT_HEADER_BYTES;
-    let mut kinds = Vec::new();
-    while let Ok((h, _)) = record::decode(&bytes[at..], salt) {
-        kinds.push(h.kind);
-        at += h.record_bytes() as usize;
-        if h.kind == KIND_SEAL {
-            break;
-        }
-    }
-    kinds
+    u32::from_le_bytes(bytes[8..12].try_into().expect("4 bytes"))
+}
+
+/// The record kinds of segment `path`, validated under `salt`, to its first position
+/// that does not validate.
+fn record_kinds(path: &Path, salt: Salt) -> Vec<u8> {
+    let records = walk_salted(path, salt);
+    records.into_iter().map(|(_, h, _)| h.kind).collect()
 }
 
 fn assert_v1(header: &SegmentHeader, version: u32, ctx: &str) {
@@ -372,17 +351,8 @@ fn a_v1_store_keeps_working_and_compaction_leaves_only_v2_segments() {
         "the v1 segments are gone: {after:?}"
     );
     // No v1 file waits for reuse either (only v2 files are recycled).
-    for entry in std::fs::read_dir(dir.path()).expect("read dir") {
-        let entry = entry.expect("entry");
-        if parse_free_file_name(&entry.file_name().to_string_lossy()).is_some() {
-            let bytes = std::fs::read(entry.path()).expect("read");
-            let h = SegmentHeader::decode(&bytes, &entry.path()).expect("header");
-            assert_v2(
-                &h,
-                u32::from_le_bytes(bytes[8..12].try_into().unwrap()),
-                "free file",
-            );
-        }
+    for path in free_files(dir.path()) {
+        assert_v2(&read_header(&path), version_field(&path), "free file");
     }
     let store: Store = Store::open_with(dir.path(), options()).expect("reopen");
     check_grown(&store, "reopened after compaction");

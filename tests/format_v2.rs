@@ -9,6 +9,8 @@
 //! control, that the same image under the segment's own salt would have been taken: the
 //! image lies where it would count.
 
+mod common;
+
 use std::collections::{BTreeMap, HashMap};
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
@@ -18,10 +20,11 @@ use agentwal::log::record::{self, RecordHeader, Salt};
 use agentwal::log::{
     Appended, CompactionHooks, FLAG_BATCH_END, FLAG_BATCH_START, FLAG_DURABLE_BEFORE,
     FORMAT_VERSION, FORMAT_VERSION_V1, KIND_CLOSE, KIND_SEAL, Log, LogOptions, RECORD_HEADER_BYTES,
-    RECYCLE_FILES_MAX, RecordPos, SEGMENT_HEADER_BYTES, SegmentHeader, parse_free_file_name,
-    parse_segment_file_name, segment_path,
+    RECYCLE_FILES_MAX, RecordPos, SEGMENT_HEADER_BYTES, SegmentHeader, segment_path,
 };
 use agentwal::{CorruptionReason, Error, RecoveryMode, SyncMode};
+use common::hooks::NothingLive;
+use common::segments::{copy_dir, free_files, read_header, segment_files, walk};
 use tempfile::TempDir;
 
 const SEGMENT_BYTES: u64 = 4096;
@@ -53,33 +56,11 @@ fn open(dir: &Path, mode: RecoveryMode) -> agentwal::Result<(Log, Records)> {
     Ok((log, got))
 }
 
-fn header(path: &Path) -> SegmentHeader {
-    let bytes = std::fs::read(path).expect("read segment");
-    SegmentHeader::decode(&bytes, path).expect("segment header")
-}
-
 fn salt_of(header: &SegmentHeader) -> u32 {
     match header.salt {
         Salt::Salted(salt) => salt,
         Salt::Unsalted => panic!("segment {} is format v1", header.id),
     }
-}
-
-/// The records of a segment file that validate under its header's salt, up to the first
-/// position that does not (seals and close records included): (offset, header, payload).
-fn walk(path: &Path) -> Vec<(usize, RecordHeader, Vec<u8>)> {
-    let buf = std::fs::read(path).expect("read segment");
-    let salt = SegmentHeader::decode(&buf, path).expect("header").salt;
-    let mut at = SEGMENT_HEADER_BYTES;
-    let mut out = Vec::new();
-    while let Ok((h, p)) = record::decode(&buf[at..], salt) {
-        out.push((at, h, p.to_vec()));
-        at += h.record_bytes() as usize;
-        if h.kind == KIND_SEAL {
-            break;
-        }
-    }
-    out
 }
 
 /// End of the last record `walk` finds.
@@ -91,48 +72,8 @@ fn data_end(path: &Path) -> usize {
         })
 }
 
-/// The segment files (`.wal`) of `dir`, by id.
-fn segments(dir: &Path) -> Vec<(u64, PathBuf)> {
-    let mut out: Vec<(u64, PathBuf)> = std::fs::read_dir(dir)
-        .expect("read dir")
-        .filter_map(|e| {
-            let e = e.ok()?;
-            let id = parse_segment_file_name(&e.file_name().to_string_lossy())?;
-            Some((id, e.path()))
-        })
-        .collect();
-    out.sort();
-    out
-}
-
-/// The retired files (`.wal.free`) of `dir`.
-fn free_files(dir: &Path) -> Vec<PathBuf> {
-    let mut out: Vec<PathBuf> = std::fs::read_dir(dir)
-        .expect("read dir")
-        .filter_map(|e| {
-            let e = e.ok()?;
-            parse_free_file_name(&e.file_name().to_string_lossy())?;
-            Some(e.path())
-        })
-        .collect();
-    out.sort();
-    out
-}
-
 fn inode(path: &Path) -> u64 {
     std::fs::metadata(path).expect("metadata").ino()
-}
-
-/// A copy of store directory `dir` (taken while a writer has it open, it is what a crash
-/// at that moment leaves of a `SyncMode::Always` log: every acknowledged byte, and no
-/// close record).
-fn copy_dir(dir: &Path) -> TempDir {
-    let copy = tempfile::tempdir().expect("tempdir");
-    for entry in std::fs::read_dir(dir).expect("read dir") {
-        let entry = entry.expect("entry");
-        std::fs::copy(entry.path(), copy.path().join(entry.file_name())).expect("copy");
-    }
-    copy
 }
 
 /// Bytes `[at, at + len)` of file `path`.
@@ -187,29 +128,6 @@ fn resalted(image: &[u8], salt: Salt) -> Vec<u8> {
         payload,
     );
     out
-}
-
-/// Compaction hooks with nothing live: a forced pass retires every sealed segment.
-#[derive(Default)]
-struct NothingLive {
-    lock: parking_lot::RwLock<()>,
-}
-
-impl CompactionHooks for NothingLive {
-    fn positions_lock(&self) -> &parking_lot::RwLock<()> {
-        &self.lock
-    }
-    fn live_records(&self, _sealed: &dyn Fn(RecordPos) -> bool) -> (Vec<RecordPos>, u64) {
-        (Vec::new(), 0)
-    }
-    fn orphan(
-        &self,
-        _vanishes: &dyn Fn(RecordPos) -> bool,
-        _moved: &HashMap<RecordPos, RecordPos>,
-    ) -> Option<RecordPos> {
-        None
-    }
-    fn remap(&self, _moved: &HashMap<RecordPos, RecordPos>) {}
 }
 
 /// Compaction hooks that keep the records at the given positions live (and follow them).
@@ -322,7 +240,7 @@ fn assert_resalted_image_taken(
     image: &[u8],
     ctx: &str,
 ) {
-    let own = header(segment).salt;
+    let own = read_header(segment).salt;
     let copy = copy_dir(dir);
     let path = copy.path().join(segment.file_name().expect("name"));
     write_at(&path, image_at, &resalted(image, own));
@@ -373,7 +291,7 @@ fn carry_and_tear(dir: &Path, log: Log, before: &Records, image: &[u8], ctx: &st
     assert!(fits, "{ctx}: the image's LSN fits where it lies");
     let segment = segment_path(dir, carried.pos.segment_id);
     assert!(
-        !header(&segment).is_recycled(),
+        !read_header(&segment).is_recycled(),
         "{ctx}: a fresh segment: zeros follow the data"
     );
     drop(log);
@@ -404,13 +322,13 @@ fn a_record_image_from_another_store_embedded_in_a_payload_never_validates() {
     append_all(&log, &payloads);
     let donated = log.append(1, &payload("donor", 6, 60)).expect("append");
     let image = image_of(donor.path(), &donated);
-    let donor_salt = header(&segment_path(donor.path(), 1)).salt;
+    let donor_salt = read_header(&segment_path(donor.path(), 1)).salt;
     drop(log);
 
     let target = tempfile::tempdir().expect("tempdir");
     let log = Log::open(target.path(), options(RecoveryMode::TolerateTornTail)).expect("open");
     let before = records_of(&append_all(&log, &payloads), &payloads);
-    let target_salt = header(&segment_path(target.path(), 1)).salt;
+    let target_salt = read_header(&segment_path(target.path(), 1)).salt;
     assert_ne!(donor_salt, target_salt, "two stores' salts (random starts)");
     carry_and_tear(
         target.path(),
@@ -446,8 +364,8 @@ fn a_record_image_from_another_segment_of_the_same_store_embedded_in_a_payload_n
             .expect("the copy rotated");
         image_of(went_on.path(), first_in_next)
     };
-    let own = header(&segment_path(store.path(), final_id)).salt;
-    let theirs = header(&segment_path(went_on.path(), final_id + 1)).salt;
+    let own = read_header(&segment_path(store.path(), final_id)).salt;
+    let theirs = read_header(&segment_path(went_on.path(), final_id + 1)).salt;
     assert_ne!(own, theirs, "another segment, another salt");
     let log = Log::open(store.path(), options(RecoveryMode::TolerateTornTail)).expect("reopen");
     carry_and_tear(
@@ -508,7 +426,7 @@ fn in_a_v1_segment_a_record_image_from_another_v1_store_is_taken() {
     // Appended to the v1 final segment, as a v1 (unsalted) record.
     assert_eq!((carried.lsn, carried.pos.segment_id), (6, 1));
     let path = segment_path(target.path(), 1);
-    assert_eq!(header(&path).salt, Salt::Unsalted);
+    assert_eq!(read_header(&path).salt, Salt::Unsalted);
     assert_eq!(walk(&path).len(), 6, "the carrier validates unsalted");
     drop(log);
     tear(
@@ -586,7 +504,7 @@ fn recycled_log() -> Recycled {
     );
     let free_salts: HashMap<u64, u32> = free
         .iter()
-        .map(|f| (inode(f), salt_of(&header(f))))
+        .map(|f| (inode(f), salt_of(&read_header(f))))
         .collect();
     assert_eq!(log.stats().segments_recycled, 0);
     let mut i = 100;
@@ -609,7 +527,7 @@ fn recycled_log() -> Recycled {
     }
     assert_eq!(log.stats().segments_recycled, 1, "{:?}", log.stats());
     let path = segment_path(dir.path(), id);
-    let h = header(&path);
+    let h = read_header(&path);
     assert!(h.is_recycled(), "the recycled flag: {h:?}");
     assert_eq!(h.version(), FORMAT_VERSION);
     let old_salt = *free_salts
@@ -686,7 +604,7 @@ fn a_recycled_segment_closed_cleanly_delivers_exactly_its_new_life_and_is_append
     // LSNs lower than the new life's), and planted ones whose LSNs would fit.
     let ghosts = plant_ghosts(&path, close_end, old_salt, next_lsn);
     assert!(ghosts.len() >= 3);
-    let files = segments(dir.path()).len();
+    let files = segment_files(dir.path()).len();
     for mode in [
         RecoveryMode::TolerateTornTail,
         RecoveryMode::Strict,
@@ -718,7 +636,7 @@ fn a_recycled_segment_closed_cleanly_delivers_exactly_its_new_life_and_is_append
             "{ctx}"
         );
         assert_eq!(
-            segments(copy.path()).len(),
+            segment_files(copy.path()).len(),
             files,
             "{ctx}: no segment created"
         );
@@ -731,7 +649,7 @@ fn a_recycled_segment_closed_cleanly_delivers_exactly_its_new_life_and_is_append
     // Control: the first planted record, under the segment's own salt, would be taken.
     let copy = copy_dir(dir.path());
     let copy_path = copy.path().join(path.file_name().expect("name"));
-    let own = header(&copy_path).salt;
+    let own = read_header(&copy_path).salt;
     write_at(&copy_path, close_end, &encode(own, next_lsn, GHOST));
     let (_, got) = open(copy.path(), RecoveryMode::TolerateTornTail).expect("open");
     assert_eq!(got.last(), Some(&(next_lsn, GHOST.to_vec())), "control");
@@ -759,7 +677,7 @@ fn a_recycled_segment_after_a_crash_delivers_exactly_its_new_life_and_is_sealed_
     assert!(ghosts.len() >= 3);
     let file_bytes = std::fs::metadata(&path).expect("metadata").len();
     let torn = file_bytes - end as u64;
-    let files = segments(crashed.path()).len();
+    let files = segment_files(crashed.path()).len();
     for mode in [RecoveryMode::TolerateTornTail, RecoveryMode::Salvage] {
         let ctx = format!("{mode:?}");
         let copy = copy_dir(crashed.path());
@@ -785,7 +703,7 @@ fn a_recycled_segment_after_a_crash_delivers_exactly_its_new_life_and_is_sealed_
             (KIND_SEAL, end, next_lsn),
             "{ctx}"
         );
-        assert_eq!(segments(copy.path()).len(), files, "{ctx}");
+        assert_eq!(segment_files(copy.path()).len(), files, "{ctx}");
         let a = log.append(1, b"after the crash").expect("append");
         assert_eq!((a.lsn, a.pos.segment_id), (next_lsn, id + 1), "{ctx}");
         drop(log);
@@ -796,7 +714,7 @@ fn a_recycled_segment_after_a_crash_delivers_exactly_its_new_life_and_is_sealed_
         assert_eq!(log.recovery().torn_bytes, 0, "{ctx}");
     }
     // Control: the first planted record, under the segment's own salt, would be taken.
-    let own = header(&path).salt;
+    let own = read_header(&path).salt;
     write_at(&path, end, &encode(own, next_lsn, GHOST));
     let (_, got) = open(crashed.path(), RecoveryMode::TolerateTornTail).expect("open");
     assert_eq!(got.last(), Some(&(next_lsn, GHOST.to_vec())), "control");
@@ -817,11 +735,11 @@ impl SaltHistory {
     /// Looks at every segment and retired file of `dir`: their salts are distinct, no
     /// salt ever seen on one file shows up on another, and a file's salt only moves on.
     fn observe(&mut self, dir: &Path, ctx: &str) {
-        let mut files: Vec<PathBuf> = segments(dir).into_iter().map(|(_, p)| p).collect();
+        let mut files: Vec<PathBuf> = segment_files(dir).into_iter().map(|(_, p)| p).collect();
         files.extend(free_files(dir));
         let mut now = HashMap::new();
         for f in &files {
-            let salt = salt_of(&header(f));
+            let salt = salt_of(&read_header(f));
             if let Some(other) = now.insert(salt, f.clone()) {
                 panic!(
                     "{ctx}: salt {salt:#x} on {} and {}",
@@ -906,9 +824,9 @@ fn every_segment_file_has_a_distinct_salt_and_a_recycled_file_a_higher_one() {
         live.iter().all(|lsn| delivered.contains(lsn)),
         "live records kept"
     );
-    let compacted_headers = segments(dir.path())
+    let compacted_headers = segment_files(dir.path())
         .iter()
-        .filter(|(_, p)| header(p).is_compacted())
+        .filter(|(_, p)| read_header(p).is_compacted())
         .count();
     assert!(
         compacted > 5 && compacted_headers == 1,
@@ -931,10 +849,14 @@ fn a_reopened_writer_salts_new_segments_above_its_retired_files() {
     drop(log);
     let mut history = SaltHistory::default();
     history.observe(dir.path(), "before");
-    let top = segments(dir.path())
+    let top = segment_files(dir.path())
         .iter()
-        .map(|(_, p)| salt_of(&header(p)))
-        .chain(free_files(dir.path()).iter().map(|p| salt_of(&header(p))))
+        .map(|(_, p)| salt_of(&read_header(p)))
+        .chain(
+            free_files(dir.path())
+                .iter()
+                .map(|p| salt_of(&read_header(p))),
+        )
         .reduce(|a, b| if salt_after(a, b) { b } else { a })
         .expect("salts");
     for f in free_files(dir.path()) {
@@ -966,9 +888,9 @@ fn a_reopened_writer_salts_new_segments_above_its_retired_files() {
         appended.push((log.append(1, &p).expect("append").lsn, p));
         history.observe(dir.path(), "append");
     }
-    let (id, path) = segments(dir.path()).pop().expect("segments");
+    let (id, path) = segment_files(dir.path()).pop().expect("segments");
     assert_eq!(inode(&path), ino, "segment {id} is the planted file");
-    assert!(salt_after(planted_salt, salt_of(&header(&path))));
+    assert!(salt_after(planted_salt, salt_of(&read_header(&path))));
     drop(log);
     let (_, got) = open(dir.path(), RecoveryMode::Strict).expect("reopen");
     let mut want = acked.clone();
@@ -1059,14 +981,14 @@ fn a_torn_batch_after_a_close_record_is_a_torn_tail() {
     } = recycled_log();
     drop(log);
     let path = {
-        let (_, last) = segments(dir.path()).pop().expect("segments");
+        let (_, last) = segment_files(dir.path()).pop().expect("segments");
         last
     };
     let records = walk(&path);
     let (close_at, close, _) = records.last().cloned().expect("records");
     assert_eq!(close.kind, KIND_CLOSE);
     let close_end = close_at + RECORD_HEADER_BYTES;
-    let salt = header(&path).salt;
+    let salt = read_header(&path).salt;
     let first = RecordHeader {
         payload_len: 100,
         lsn: close.lsn,

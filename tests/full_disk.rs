@@ -203,10 +203,6 @@ fn fill(store: &Store, tasks: &[&str], delete_every: Option<u64>) -> Filled {
     panic!("the disk never filled up");
 }
 
-fn is_enospc(e: &Error) -> bool {
-    matches!(e, Error::Io { source, .. } if source.raw_os_error() == Some(libc::ENOSPC))
-}
-
 /// Every task's latest checkpoint equals the model, and nothing else exists.
 fn assert_latest(store: &Store, model: &Model, what: &str) {
     let tasks = store.tasks().unwrap();
@@ -251,7 +247,7 @@ fn assert_retained_load(store: &Store, what: &str) {
 /// may not have kept: `commit` had not returned.
 fn after_the_failure(store: Store, dir: &Path, filled: &Filled) {
     let failure = &filled.failure;
-    assert!(is_enospc(failure), "the fill ended with {failure:?}");
+    assert!(failure.is_disk_full(), "the fill ended with {failure:?}");
     let next = store.commit("t0", &delta("t0", 0));
     assert!(
         matches!(next, Err(Error::Poisoned { .. })),
@@ -334,7 +330,7 @@ fn agentwal_compact_recovers_a_full_disk() {
     let store: Store = Store::open_with(&dir, no_retention).unwrap();
     let mut filled = fill(&store, &["a", "b", "c"], Some(20));
     assert!(
-        is_enospc(&filled.failure),
+        filled.failure.is_disk_full(),
         "the fill ended with {:?}",
         filled.failure
     );
@@ -358,7 +354,7 @@ fn agentwal_compact_recovers_a_full_disk() {
     let store: Store = Store::open_with(&dir, options()).unwrap();
     let mut filled = fill(&store, &["t"], None);
     assert!(
-        is_enospc(&filled.failure),
+        filled.failure.is_disk_full(),
         "the fill ended with {:?}",
         filled.failure
     );

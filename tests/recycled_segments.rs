@@ -23,41 +23,20 @@
 //!   records after the first carry no batch start), and otherwise seals the segment at
 //!   open and appends to a new one.
 
-use std::collections::HashMap;
+mod common;
+
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
 use agentwal::log::{
-    CompactionHooks, Log, LogOptions, RECORD_HEADER_BYTES, RecordPos, SEGMENT_FLAG_RECYCLED,
-    SyncMode, segment_path,
+    Log, LogOptions, RECORD_HEADER_BYTES, SEGMENT_FLAG_RECYCLED, SyncMode, segment_path,
 };
 use agentwal::storage::Storage;
 use agentwal::storage::sim::SimStorage;
-use parking_lot::RwLock;
+use common::hooks::NothingLive;
 
 const DIR: &str = "/agents/wal";
-
-/// Compaction hooks of a log whose records are all dead: a pass retires every sealed
-/// segment.
-struct NothingLive(RwLock<()>);
-
-impl CompactionHooks for NothingLive {
-    fn positions_lock(&self) -> &RwLock<()> {
-        &self.0
-    }
-    fn live_records(&self, _: &dyn Fn(RecordPos) -> bool) -> (Vec<RecordPos>, u64) {
-        (Vec::new(), 0)
-    }
-    fn orphan(
-        &self,
-        _: &dyn Fn(RecordPos) -> bool,
-        _: &HashMap<RecordPos, RecordPos>,
-    ) -> Option<RecordPos> {
-        None
-    }
-    fn remap(&self, _: &HashMap<RecordPos, RecordPos>) {}
-}
 
 /// Opens the log on `sim`, collecting (lsn, payload) of every recovered record.
 fn open(sim: &SimStorage, sync: SyncMode) -> (Log, Vec<(u64, Vec<u8>)>) {
@@ -84,7 +63,7 @@ fn closed_recycled_log() -> (SimStorage, u64, u64, usize) {
     for i in 0..12u8 {
         log.append(1, &[i + 1; 1000]).unwrap();
     }
-    log.compact(true, &NothingLive(RwLock::new(()))).unwrap();
+    log.compact(true, &NothingLive::default()).unwrap();
     while log.stats().segments_recycled == 0 {
         log.append(1, &[0xAA; 1000]).unwrap();
     }

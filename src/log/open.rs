@@ -11,7 +11,7 @@ use parking_lot::RwLock;
 
 use super::format::*;
 use super::lock::DirLock;
-use super::record::{self, RecordHeader, Salt};
+use super::record::{self, Internal, Salt};
 use super::recovery::{self, LogRecovery, Scan, SegmentState};
 use super::recycle;
 use super::segment::{SegmentHeader, create_segment, sync_dir};
@@ -304,21 +304,15 @@ fn writer_start(
 /// there, as after a crash during a rotation, and the first append makes the next
 /// segment.
 fn seal_at_open(fs: &dyn Storage, last: &SegmentState, next_lsn: u64) -> Result<()> {
-    let header = RecordHeader {
-        payload_len: SEAL_PAYLOAD_BYTES as u32,
-        lsn: next_lsn,
-        kind: KIND_SEAL,
-        // Everything before it was fdatasynced by this open.
-        flags: FLAG_BATCH_START | FLAG_BATCH_END | FLAG_DURABLE_BEFORE,
-    };
-    let payload = (last.id + 1).to_le_bytes();
     let mut seal = Vec::with_capacity(SEAL_RECORD_BYTES);
-    record::encode_into(
+    let next_id = last.id + 1;
+    // Everything before it was fdatasynced by this open.
+    record::encode_internal(
         &mut seal,
         last.salt,
-        &header,
-        record::payload_crc(&payload),
-        &payload,
+        Internal::Seal { next_id },
+        next_lsn,
+        true,
     );
     // The writer always left room for a seal, but a file cut short (a recycled file's
     // length is its earlier life's: no crash shortens it, but a copy or damage may) ends

@@ -6,7 +6,7 @@ use std::path::Path;
 use super::format::*;
 use super::record::{self, DecodeError, Salt};
 use super::recovery::{SegmentPin, SkippedRange};
-use super::segment::{SegmentHeader, segment_path};
+use super::segment::{SegmentHeader, read_header_of, segment_path};
 use super::{Log, RecordPos, RecordRef};
 use crate::error::{CorruptionReason, Error, Result};
 use crate::storage::{FileView, StorageFile};
@@ -142,9 +142,8 @@ fn read_from_file<T>(
     path: &Path,
     f: impl FnOnce(RecordRef<'_>) -> Result<T>,
 ) -> Result<T> {
-    let mut segment_head = [0u8; SEGMENT_HEADER_BYTES];
-    read_exact_at(file, &mut segment_head, 0, path)?;
-    let salt = SegmentHeader::decode(&segment_head, path)?.salt;
+    // A header that does not decode (a file cut short, say) is that decode's error.
+    let salt = read_header_of(file, path)??.salt;
     let mut head = [0u8; RECORD_HEADER_BYTES];
     read_exact_at(file, &mut head, pos.offset, path)?;
     let header = record::parse_header(&head).map_err(|e| decode_error(e, pos, path))?;

@@ -102,6 +102,52 @@ pub fn encode_into(
     out.extend_from_slice(payload);
 }
 
+/// A record the log writes for itself at the end of a segment's data, never delivered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Internal {
+    /// The seal ([`KIND_SEAL`]): ends a full segment and names the next one, its payload.
+    Seal {
+        /// The id of the segment that follows.
+        next_id: u64,
+    },
+    /// The close record ([`KIND_CLOSE`]): no payload.
+    Close,
+}
+
+/// Appends internal record `record` to `out`, checksummed under `salt`, as a batch of its
+/// own carrying `lsn` (the LSN it hands on: internal records have none of their own).
+/// `durable_before`: every byte before it was durable when it was written. The one
+/// encoder of seals and close records, so that every writer of one (rotation, close,
+/// the seal at open, compaction) lays it out the same.
+pub(crate) fn encode_internal(
+    out: &mut Vec<u8>,
+    salt: Salt,
+    record: Internal,
+    lsn: u64,
+    durable_before: bool,
+) {
+    let next_id;
+    let (kind, payload): (u8, &[u8]) = match record {
+        Internal::Seal { next_id: id } => {
+            next_id = id.to_le_bytes();
+            (KIND_SEAL, &next_id)
+        }
+        Internal::Close => (KIND_CLOSE, &[]),
+    };
+    const _: () = assert!(SEAL_PAYLOAD_BYTES == std::mem::size_of::<u64>());
+    let mut flags = FLAG_BATCH_START | FLAG_BATCH_END;
+    if durable_before {
+        flags |= FLAG_DURABLE_BEFORE;
+    }
+    let header = RecordHeader {
+        payload_len: payload.len() as u32,
+        lsn,
+        kind,
+        flags,
+    };
+    encode_into(out, salt, &header, payload_crc(payload), payload);
+}
+
 /// Why a position does not hold a valid record.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum DecodeError {
@@ -213,6 +259,21 @@ mod tests {
         let buf = encode(3, FLAG_BATCH_START | FLAG_BATCH_END, 42, b"hello");
         let (h, p) = decode(&buf, SALT).expect("valid");
         assert_eq!((h.kind, h.lsn, p), (3, 42, &b"hello"[..]));
+    }
+
+    #[test]
+    fn internal_records_keep_their_layout() {
+        // The seal: kind 0xFF, the next segment's id (u64 LE) as payload, a batch of its
+        // own; the close record: kind 0xFE, no payload.
+        let mut seal = Vec::new();
+        encode_internal(&mut seal, SALT, Internal::Seal { next_id: 9 }, 77, true);
+        let flags = FLAG_BATCH_START | FLAG_BATCH_END | FLAG_DURABLE_BEFORE;
+        assert_eq!(seal, encode(KIND_SEAL, flags, 77, &9u64.to_le_bytes()));
+        assert_eq!(seal.len(), SEAL_RECORD_BYTES);
+        let mut close = Vec::new();
+        encode_internal(&mut close, SALT, Internal::Close, 78, false);
+        let flags = FLAG_BATCH_START | FLAG_BATCH_END;
+        assert_eq!(close, encode(KIND_CLOSE, flags, 78, &[]));
     }
 
     #[test]

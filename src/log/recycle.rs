@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 
 use super::format::*;
 use super::record::Salt;
-use super::segment::{SegmentHeader, sync_dir};
+use super::segment::{SegmentHeader, read_header_of, sync_dir};
 use crate::error::{Error, Result};
 use crate::storage::Storage;
 
@@ -67,12 +67,8 @@ fn read_salt(fs: &dyn Storage, path: &Path) -> Result<(Option<u32>, u64)> {
     let io = |e| Error::io(format!("reading {}", path.display()), e);
     let file = fs.open(path, false).map_err(io)?;
     let file_bytes = file.len().map_err(io)?;
-    if file_bytes < SEGMENT_HEADER_BYTES as u64 {
-        return Ok((None, file_bytes));
-    }
-    let mut buf = [0u8; SEGMENT_HEADER_BYTES];
-    file.read_exact_at(&mut buf, 0).map_err(io)?;
-    let salt = match SegmentHeader::decode(&buf, path) {
+    // A header that does not decode only means the file is not reused.
+    let salt = match read_header_of(&*file, path)? {
         Ok(SegmentHeader {
             salt: Salt::Salted(salt),
             ..
@@ -122,11 +118,6 @@ pub(crate) fn retire(
         false => fs.remove(path),
     };
     done.map_err(|e| Error::io(format!("removing {}", path.display()), e))
-}
-
-/// Whether `e` says the disk is full.
-pub(crate) fn is_disk_full(e: &Error) -> bool {
-    matches!(e, Error::Io { source, .. } if source.raw_os_error() == Some(libc::ENOSPC))
 }
 
 /// Deletes the retired files, then fsyncs the directory if any went; returns how many.

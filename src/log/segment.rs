@@ -129,6 +129,41 @@ impl SegmentHeader {
     }
 }
 
+/// Reads and decodes the header of the segment file at `path`. The outer `Result` is the
+/// I/O: an error opening or reading the file is no verdict on it (the caller decides what
+/// an unreadable file means). The inner one is the header's: a file too short for a
+/// header, damaged, or of another version is that decode's error, naming the file.
+pub(crate) fn read_header(storage: &dyn Storage, path: &Path) -> Result<Result<SegmentHeader>> {
+    let file = storage
+        .open(path, false)
+        .map_err(|e| header_io_error(path, e))?;
+    read_header_of(&*file, path)
+}
+
+/// [`read_header`] of a file already open (`path` names it in errors).
+pub(crate) fn read_header_of(file: &dyn StorageFile, path: &Path) -> Result<Result<SegmentHeader>> {
+    let mut buf = [0u8; SEGMENT_HEADER_BYTES];
+    let bytes = match file.read_exact_at(&mut buf, 0) {
+        Ok(()) => buf.len(),
+        // Too short for a header: the decode says so (and whether it is empty). The
+        // length is asked only then, so a whole header costs one read.
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+            // (Capped: a reader racing a writer must not index past the buffer.)
+            let len = file.len().map_err(|e| header_io_error(path, e))?;
+            let len = len.min(buf.len() as u64) as usize;
+            file.read_exact_at(&mut buf[..len], 0)
+                .map_err(|e| header_io_error(path, e))?;
+            len
+        }
+        Err(e) => return Err(header_io_error(path, e)),
+    };
+    Ok(SegmentHeader::decode(&buf[..bytes], path))
+}
+
+fn header_io_error(path: &Path, e: std::io::Error) -> Error {
+    Error::io(format!("reading the header of {}", path.display()), e)
+}
+
 /// Path of segment `id` in `dir`.
 pub fn segment_path(dir: &Path, id: u64) -> PathBuf {
     dir.join(segment_file_name(id))

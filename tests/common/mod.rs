@@ -4,9 +4,11 @@
 #![allow(dead_code)]
 
 pub mod env;
+pub mod hooks;
 #[cfg(feature = "postgres")]
 pub mod pg;
 pub mod rng;
+pub mod segments;
 pub mod sim_workload;
 pub mod states;
 
@@ -35,14 +37,8 @@ pub fn rss_anon_bytes() -> u64 {
 
 /// The segment file of the highest id in store directory `dir`.
 pub fn newest_segment(dir: &Path) -> PathBuf {
-    std::fs::read_dir(dir)
-        .expect("read store dir")
-        .filter_map(|e| {
-            let e = e.ok()?;
-            let id = agentwal::log::parse_segment_file_name(&e.file_name().to_string_lossy())?;
-            Some((id, e.path()))
-        })
-        .max()
+    segments::segment_files(dir)
+        .pop()
         .expect("a segment file")
         .1
 }

@@ -20,11 +20,10 @@ use std::path::{Path, PathBuf};
 
 use crate::error::{CorruptionReason, Error, Result};
 use crate::log::format::*;
-use crate::log::record::{self, RecordHeader, Salt};
+use crate::log::record::{self, Internal, RecordHeader, Salt};
 use crate::log::recycle;
-use crate::log::segment::{SegmentHeader, list_segments, segment_path, sync_dir};
+use crate::log::segment::{SegmentHeader, list_segments, read_header, segment_path, sync_dir};
 use crate::log::{Log, RecordPos};
-use crate::storage::Storage;
 
 /// A compacted segment written and fsynced, not yet installed.
 #[derive(Debug)]
@@ -132,19 +131,15 @@ impl Log {
             first_lsn,
         } = self.copy_live(through_id, live, salt)?;
         let seal_offset = (SEGMENT_HEADER_BYTES + body.len()) as u64;
-        let seal = RecordHeader {
-            payload_len: SEAL_PAYLOAD_BYTES as u32,
-            lsn: next_first_lsn,
-            kind: KIND_SEAL,
-            flags: FLAG_BATCH_START | FLAG_BATCH_END,
-        };
-        let next_id = (through_id + 1).to_le_bytes();
-        record::encode_into(
+        // No durable-before flag: the body before it is written in the same write, not
+        // fsynced first.
+        let next_id = through_id + 1;
+        record::encode_internal(
             &mut body,
             salt,
-            &seal,
-            record::payload_crc(&next_id),
-            &next_id,
+            Internal::Seal { next_id },
+            next_first_lsn,
+            false,
         );
         // The index is switched to `moved` once the file is in place: every new position
         // must be a record of it, in order, before the seal (recovery checks the records'
@@ -168,8 +163,7 @@ impl Log {
         if let Err(e) = self.write_compacted(&tmp, &header, &body) {
             // Retired files hold space that a full disk needs for this file: give them up
             // and try once more.
-            if !recycle::is_disk_full(&e) || recycle::drain(self.storage(), self.dir(), None)? == 0
-            {
+            if !e.is_disk_full() || recycle::drain(self.storage(), self.dir(), None)? == 0 {
                 return Err(e);
             }
             self.write_compacted(&tmp, &header, &body)?;
@@ -191,7 +185,8 @@ impl Log {
             // give it, the LSN the seal of `through_id` hands on. (If the writer creates
             // it meanwhile, the header says the same.)
             Some((id, first_lsn)) if id == through_id + 1 => first_lsn,
-            _ => read_header(self.storage(), &segment_path(self.dir(), through_id + 1))?.first_lsn,
+            // Any failure to read its header, I/O or decode, fails the compaction.
+            _ => read_header(self.storage(), &segment_path(self.dir(), through_id + 1))??.first_lsn,
         })
     }
 
@@ -353,14 +348,4 @@ impl Log {
     fn recyclable(&self) -> std::ops::RangeInclusive<u64> {
         recycle::reusable_bytes(self.inner.options.segment_bytes)
     }
-}
-
-fn read_header(storage: &dyn Storage, path: &Path) -> Result<SegmentHeader> {
-    let file = storage
-        .open(path, false)
-        .map_err(|e| Error::io(format!("opening {}", path.display()), e))?;
-    let mut buf = [0u8; SEGMENT_HEADER_BYTES];
-    file.read_exact_at(&mut buf, 0)
-        .map_err(|e| Error::io(format!("reading the header of {}", path.display()), e))?;
-    SegmentHeader::decode(&buf, path)
 }

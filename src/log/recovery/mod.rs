@@ -13,9 +13,8 @@ use self::cursor::{Cursor, CursorEnd};
 pub(crate) use self::source::SegmentPin;
 use self::source::Source;
 use self::verdict::Verdict;
-use super::format::*;
 use super::record::Salt;
-use super::segment::{SegmentHeader, list_segments};
+use super::segment::{SegmentHeader, list_segments, read_header};
 use super::{RecordRef, RecoveryMode};
 use crate::error::{CorruptionReason, Error, Result};
 use crate::storage::Storage;
@@ -171,6 +170,8 @@ fn live_headers(
 ) -> Result<(usize, Vec<Result<SegmentHeader>>)> {
     let mut headers = Vec::with_capacity(files.len());
     for (index, (_, path)) in files.iter().enumerate().rev() {
+        // Taking an unreadable file for "not compacted" would read superseded segments
+        // and report the compacted one as corruption: an I/O error fails the scan.
         let header = read_header(storage, path)?;
         let compacted = header.as_ref().is_ok_and(|h| h.is_compacted());
         headers.push(header);
@@ -181,26 +182,6 @@ fn live_headers(
     }
     headers.reverse();
     Ok((0, headers))
-}
-
-fn read_header(storage: &dyn Storage, path: &Path) -> Result<Result<SegmentHeader>> {
-    let io_error = |e| Error::io(format!("reading {}", path.display()), e);
-    let mut buf = [0u8; SEGMENT_HEADER_BYTES];
-    let file = storage.open(path, false).map_err(io_error)?;
-    let bytes = match file.read_exact_at(&mut buf, 0) {
-        Ok(()) => buf.len(),
-        // Too short for a header: the decode says so (and whether it is empty).
-        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
-            // (Capped: a reader racing a writer must not index past the buffer.)
-            let len = file.len().map_err(io_error)?.min(buf.len() as u64) as usize;
-            file.read_exact_at(&mut buf[..len], 0).map_err(io_error)?;
-            len
-        }
-        // Taking an unreadable file for "not compacted" would read superseded segments
-        // and report the compacted one as corruption.
-        Err(e) => return Err(io_error(e)),
-    };
-    Ok(SegmentHeader::decode(&buf[..bytes], path))
 }
 
 /// Segment ids go up by one from the first (compaction deletes only ids below the one it

@@ -36,7 +36,7 @@ use parking_lot::{Condvar, Mutex, MutexGuard};
 use self::batch::{Batch, Pending, reserve};
 use self::zeroing::ZeroingPolicy;
 use super::format::*;
-use super::record::{self, Salt};
+use super::record::{self, Internal, Salt};
 use super::{AppendThen, Appended, RecordPos, SyncMode, record_bytes};
 use crate::error::{Error, Result};
 use crate::storage::{Storage, StorageFile};
@@ -330,7 +330,7 @@ impl Writer {
         }
         let room = (RECORD_HEADER_BYTES + SEAL_RECORD_BYTES) as u64;
         if io.write_pos + room <= io.segment_end {
-            io.write_internal(KIND_CLOSE, next_lsn, &[], self)?;
+            io.write_internal(Internal::Close, next_lsn, self)?;
         } else {
             // No room for a close record and the seal a later writer must still be able
             // to write after it: seal the segment instead (there is always room for a
@@ -338,7 +338,7 @@ impl Writer {
             // crash during a rotation; without either record the next open would take
             // the earlier life's bytes for a torn tail.
             let next_id = io.segment_id + 1;
-            io.write_internal(KIND_SEAL, next_lsn, &next_id.to_le_bytes(), self)?;
+            io.write_internal(Internal::Seal { next_id }, next_lsn, self)?;
         }
         if self.sync != SyncMode::Never {
             io.sync(self)?;

@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 use super::{Io, Writer};
 use crate::error::Result;
 use crate::log::format::*;
-use crate::log::record::{self, RecordHeader};
+use crate::log::record::{self, Internal};
 use crate::log::recycle;
 use crate::log::segment::{SegmentHeader, create_segment, recycle_segment};
 use crate::storage::StorageFile;
@@ -89,40 +89,18 @@ impl Io {
 
     /// Writes the seal record handing on `next_lsn` to `next_id`, and fdatasyncs it.
     fn seal(&mut self, next_id: u64, next_lsn: u64, w: &Writer) -> Result<()> {
-        let payload = next_id.to_le_bytes();
-        self.write_internal(KIND_SEAL, next_lsn, &payload, w)?;
+        self.write_internal(Internal::Seal { next_id }, next_lsn, w)?;
         self.sync(w)
     }
 
-    /// Writes an internal record (a seal, or a close record) as a batch of its own at the
-    /// end of the data. Nothing follows either: no zeroing ahead (nor preallocating for
-    /// it).
-    pub(super) fn write_internal(
-        &mut self,
-        kind: u8,
-        lsn: u64,
-        payload: &[u8],
-        w: &Writer,
-    ) -> Result<()> {
+    /// Writes an internal record (a seal, or a close record) carrying `lsn` as a batch of
+    /// its own at the end of the data. Nothing follows either: no zeroing ahead (nor
+    /// preallocating for it).
+    pub(super) fn write_internal(&mut self, record: Internal, lsn: u64, w: &Writer) -> Result<()> {
         let mut buf = std::mem::take(&mut self.buf);
         buf.clear();
-        let mut flags = FLAG_BATCH_START | FLAG_BATCH_END;
-        if self.synced_pos == self.write_pos {
-            flags |= FLAG_DURABLE_BEFORE;
-        }
-        let header = RecordHeader {
-            payload_len: payload.len() as u32,
-            lsn,
-            kind,
-            flags,
-        };
-        record::encode_into(
-            &mut buf,
-            self.salt,
-            &header,
-            record::payload_crc(payload),
-            payload,
-        );
+        let durable_before = self.synced_pos == self.write_pos;
+        record::encode_internal(&mut buf, self.salt, record, lsn, durable_before);
         let written = self.write_at_end(&buf, false, w);
         self.buf = buf;
         written
