@@ -31,6 +31,9 @@
 //! - `fsync-floor`: a plain file, `write` + `sync_data` of each step (length, crc32,
 //!   postcard delta) behind a mutex; `fsync-floor-group`: the same file format with
 //!   leader/follower group commit: the physical limit of this disk for this workload.
+//!   `fsync-floor-group-prealloc` (only when `AGENTWAL_BENCH_BACKENDS` names it): the
+//!   group floor writing with `pwrite` into a file zero-filled in 4 MiB chunks and synced
+//!   before the run (not counted), so no fdatasync persists a size or an extent.
 //!
 //! # Figures
 //! - commits/s: T × S over the wall time from a common start to the last commit.
