@@ -33,7 +33,10 @@
 //!   leader/follower group commit: the physical limit of this disk for this workload.
 //!   `fsync-floor-group-prealloc` (only when `AGENTWAL_BENCH_BACKENDS` names it): the
 //!   group floor writing with `pwrite` into a file zero-filled in 4 MiB chunks and synced
-//!   before the run (not counted), so no fdatasync persists a size or an extent.
+//!   before the run (not counted), so no fdatasync persists a size or an extent;
+//!   `fsync-floor-group-fallocated` (by name only): the same file reserved with
+//!   `fallocate` instead (unwritten extents, as agentwal's segments when it does not zero
+//!   ahead).
 //!
 //! # Figures
 //! - commits/s: T × S over the wall time from a common start to the last commit.

@@ -2,9 +2,11 @@
 //! physical limit of this disk for this workload. `fsync-floor-group-prealloc`: the same,
 //! written with `pwrite` into a file zero-filled (and synced) before the run, so that no
 //! fdatasync of the run has a file size or an extent to persist.
+//! `fsync-floor-group-fallocated`: the same into a file reserved with `fallocate`.
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 
@@ -61,9 +63,43 @@ impl Backend for FsyncFloorGroupPrealloc {
     }
 }
 
+pub struct FsyncFloorGroupFallocated;
+
+/// `fsync-floor-group-fallocated`: the same with the file's space reserved by `fallocate`
+/// (unwritten extents, as agentwal's segments are when it does not zero ahead) instead of
+/// written with zeros: the size never changes, but each first write into an extent is a
+/// metadata change that the next fdatasync persists.
+pub const FSYNC_FLOOR_GROUP_FALLOCATED: FsyncFloorGroupFallocated = FsyncFloorGroupFallocated;
+
+impl Backend for FsyncFloorGroupFallocated {
+    fn name(&self) -> &'static str {
+        "fsync-floor-group-fallocated"
+    }
+
+    fn color(&self) -> RGBColor {
+        RGBColor(0x77, 0x77, 0x77)
+    }
+
+    fn run(&self, cfg: &Config, dir: &Path, threads: usize) -> Measurement {
+        fsync_floor::run_with(
+            cfg,
+            dir,
+            threads,
+            |path, bytes| preallocated(path, bytes, false),
+            |file| group_commit_all(cfg, threads, file, true),
+        )
+    }
+}
+
 /// A file of zeros covering `frame_bytes` (rounded up to whole chunks), written and synced
 /// with its size and metadata (`sync_all`) before the measured run starts.
 fn zero_filled(path: &Path, frame_bytes: u64) -> File {
+    preallocated(path, frame_bytes, true)
+}
+
+/// A file of `frame_bytes` rounded up to whole chunks, written with zeros (`zeros`) or
+/// reserved with `fallocate`, and synced with its size and metadata (`sync_all`).
+fn preallocated(path: &Path, frame_bytes: u64, zeros: bool) -> File {
     let mut file = OpenOptions::new()
         .create(true)
         .truncate(true)
@@ -72,10 +108,24 @@ fn zero_filled(path: &Path, frame_bytes: u64) -> File {
         .open(path)
         .expect("create the floor file");
     let chunk = vec![0u8; ZERO_FILL_CHUNK_BYTES as usize];
-    for _ in 0..frame_bytes.div_ceil(ZERO_FILL_CHUNK_BYTES).max(1) {
-        file.write_all(&chunk).expect("zero-fill the floor file");
+    for i in 0..frame_bytes.div_ceil(ZERO_FILL_CHUNK_BYTES).max(1) {
+        if zeros {
+            file.write_all(&chunk).expect("zero-fill the floor file");
+        } else {
+            let at = (i * ZERO_FILL_CHUNK_BYTES) as libc::off_t;
+            // SAFETY: a plain syscall on an open descriptor.
+            let rc = unsafe {
+                libc::fallocate(
+                    file.as_raw_fd(),
+                    0,
+                    at,
+                    ZERO_FILL_CHUNK_BYTES as libc::off_t,
+                )
+            };
+            assert_eq!(rc, 0, "fallocate the floor file");
+        }
     }
-    file.sync_all().expect("sync the zero-filled floor file");
+    file.sync_all().expect("sync the preallocated floor file");
     file
 }
 

@@ -77,6 +77,7 @@ pub static ALL: &[&dyn Backend] = &[
 pub static BY_NAME_ONLY: &[&dyn Backend] = &[
     &agentwal::AGENTWAL_ZSTD_SNAPSHOTS,
     &fsync_floor_group::FSYNC_FLOOR_GROUP_PREALLOC,
+    &fsync_floor_group::FSYNC_FLOOR_GROUP_FALLOCATED,
 ];
 
 /// The PostgreSQL suite (`AGENTWAL_BENCH_SUITE=postgres`, built with `--features
