@@ -78,7 +78,8 @@
 //! `AGENTWAL_BENCH_CALM_US` (before each backend run, wait up to 30 s until a 4 KiB
 //! fdatasync probe takes at most this long: for shared machines), `AGENTWAL_BENCH_DIR`,
 //! `AGENTWAL_BENCH_OUT` (where the report goes), `AGENTWAL_BENCH_LARGE_MIB=0` (no large
-//! store), `AGENTWAL_BENCH_PROCESS` and `AGENTWAL_BENCH_BASELINE` (below).
+//! store), `AGENTWAL_BENCH_LARGE_COMPRESSION=none` (the large store uncompressed),
+//! `AGENTWAL_BENCH_PROCESS` and `AGENTWAL_BENCH_BASELINE` (below).
 //!
 //! # Fresh processes
 //! `AGENTWAL_BENCH_PROCESS=fresh cargo bench --bench workload`: every (backend, T, round)
