@@ -31,6 +31,12 @@
 //! - `fsync-floor`: a plain file, `write` + `sync_data` of each step (length, crc32,
 //!   postcard delta) behind a mutex; `fsync-floor-group`: the same file format with
 //!   leader/follower group commit: the physical limit of this disk for this workload.
+//!   `fsync-floor-group-prealloc` (only when `AGENTWAL_BENCH_BACKENDS` names it): the
+//!   group floor writing with `pwrite` into a file zero-filled in 4 MiB chunks and synced
+//!   before the run (not counted), so no fdatasync persists a size or an extent;
+//!   `fsync-floor-group-fallocated` (by name only): the same file reserved with
+//!   `fallocate` instead (unwritten extents, as agentwal's segments when it does not zero
+//!   ahead).
 //!
 //! # Figures
 //! - commits/s: T × S over the wall time from a common start to the last commit.
@@ -72,7 +78,8 @@
 //! `AGENTWAL_BENCH_CALM_US` (before each backend run, wait up to 30 s until a 4 KiB
 //! fdatasync probe takes at most this long: for shared machines), `AGENTWAL_BENCH_DIR`,
 //! `AGENTWAL_BENCH_OUT` (where the report goes), `AGENTWAL_BENCH_LARGE_MIB=0` (no large
-//! store), `AGENTWAL_BENCH_PROCESS` and `AGENTWAL_BENCH_BASELINE` (below).
+//! store), `AGENTWAL_BENCH_LARGE_COMPRESSION=none` (the large store uncompressed),
+//! `AGENTWAL_BENCH_PROCESS` and `AGENTWAL_BENCH_BASELINE` (below).
 //!
 //! # Fresh processes
 //! `AGENTWAL_BENCH_PROCESS=fresh cargo bench --bench workload`: every (backend, T, round)

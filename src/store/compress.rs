@@ -110,20 +110,64 @@ fn check_claim(raw_len: u32) -> std::result::Result<usize, String> {
 mod zstd_codec {
     use std::cell::RefCell;
 
+    use parking_lot::Mutex;
     use zstd::bulk::{Compressor, Decompressor};
     use zstd::zstd_safe;
 
     use super::{SAVING_MIN_DIVISOR, check_claim};
     use crate::error::{Error, Result};
 
+    /// Compression contexts kept for reuse, each with its level, shared by all threads: a
+    /// context costs far more to set up than a small body costs to compress, and one sized
+    /// for a snapshot takes about 570 KiB (level 1, a 141 KB body). A context per thread
+    /// (as before) gave 64 committing threads 64 of them, each new thread's first snapshot
+    /// paying for allocating, faulting in and zeroing its own, and each compression
+    /// running on a context no cache had seen since that thread's last snapshot. At most
+    /// a few bodies are compressed at once, so a few contexts serve every thread.
+    static COMPRESSORS: Mutex<Vec<(i32, Compressor<'static>)>> = Mutex::new(Vec::new());
+
+    /// Contexts kept in [`COMPRESSORS`] at most; one more in use at once is made for the
+    /// call and dropped after it.
+    const COMPRESSORS_KEPT: usize = 4;
+
     thread_local! {
-        /// This thread's compression context and its level: a context costs far more to
-        /// set up than a small body costs to compress.
-        static COMPRESSOR: RefCell<Option<(i32, Compressor<'static>)>> =
-            const { RefCell::new(None) };
         /// This thread's decompression context.
         static DECOMPRESSOR: RefCell<Option<Decompressor<'static>>> =
             const { RefCell::new(None) };
+    }
+
+    /// A context at `level`: a kept one (of that level if there is one), or a new one.
+    fn take_compressor(level: i32) -> Option<Compressor<'static>> {
+        let kept = {
+            let mut kept = COMPRESSORS.lock();
+            match kept.iter().rposition(|(l, _)| *l == level) {
+                Some(i) => Some(kept.swap_remove(i)),
+                None => kept.pop(),
+            }
+        };
+        match kept {
+            Some((l, c)) if l == level => Some(c),
+            Some((_, mut c)) => {
+                c.set_compression_level(level).ok()?;
+                Some(c)
+            }
+            None => {
+                let mut c = Compressor::new(level).ok()?;
+                c.set_parameter(zstd_safe::CParameter::ContentSizeFlag(true))
+                    .ok()?;
+                c.set_parameter(zstd_safe::CParameter::ChecksumFlag(false))
+                    .ok()?;
+                Some(c)
+            }
+        }
+    }
+
+    /// Gives a context back for reuse (dropped if enough are kept).
+    fn put_compressor(level: i32, c: Compressor<'static>) {
+        let mut kept = COMPRESSORS.lock();
+        if kept.len() < COMPRESSORS_KEPT {
+            kept.push((level, c));
+        }
     }
 
     /// A standard frame of `raw` at `level`, with its content size in the header and no
@@ -133,29 +177,12 @@ mod zstd_codec {
     pub fn zstd_frame(level: i32, raw: &[u8]) -> Option<Vec<u8>> {
         let capacity = raw.len() - raw.len() / SAVING_MIN_DIVISOR;
         let mut out = Vec::with_capacity(capacity);
-        COMPRESSOR.with(|cell| {
-            // Nothing here calls back, so the context is never in use already (if it
-            // were, the body would be stored raw).
-            let mut slot = cell.try_borrow_mut().ok()?;
-            let fresh = || {
-                let mut c = Compressor::new(level).ok()?;
-                c.set_parameter(zstd_safe::CParameter::ContentSizeFlag(true))
-                    .ok()?;
-                c.set_parameter(zstd_safe::CParameter::ChecksumFlag(false))
-                    .ok()?;
-                Some((level, c))
-            };
-            match slot.as_mut() {
-                Some((l, c)) if *l != level => {
-                    c.set_compression_level(level).ok()?;
-                    *l = level;
-                }
-                Some(_) => {}
-                None => *slot = Some(fresh()?),
-            }
-            let (_, c) = slot.as_mut()?;
-            c.compress_to_buffer(raw, &mut out).ok()
-        })?;
+        let mut c = take_compressor(level)?;
+        // Each call starts a new frame (`ZSTD_compress2` resets the session first), so a
+        // context is reusable after a failed call too, such as a body that did not fit.
+        let done = c.compress_to_buffer(raw, &mut out);
+        put_compressor(level, c);
+        done.ok()?;
         Some(out)
     }
 

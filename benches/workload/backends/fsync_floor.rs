@@ -64,6 +64,11 @@ fn recover(path: &Path) -> u64 {
     let (mut at, mut frames) = (0, 0);
     while at + 8 <= bytes.len() {
         let len = u32::from_le_bytes(bytes[at..at + 4].try_into().expect("4 bytes")) as usize;
+        // A zero length is the zero-filled space past the data of a preallocated file
+        // (`fsync-floor-group-prealloc`): no frame is empty.
+        if len == 0 {
+            break;
+        }
         let crc = u32::from_le_bytes(bytes[at + 4..at + 8].try_into().expect("4 bytes"));
         let Some(payload) = bytes.get(at + 8..at + 8 + len) else {
             break;
@@ -75,22 +80,43 @@ fn recover(path: &Path) -> u64 {
     frames
 }
 
-/// Creates the floor file, lets `commit_all` run the workload on it, measures the run and
-/// times recovery (read the file, check every crc).
+/// Creates the floor file (opened to append), lets `commit_all` run the workload on it,
+/// measures the run and times recovery (read the file, check every crc).
 pub fn run(
     cfg: &Config,
     dir: &Path,
     threads: usize,
     commit_all: impl FnOnce(File) -> RunTimes,
 ) -> Measurement {
+    run_with(
+        cfg,
+        dir,
+        threads,
+        |path, _| {
+            OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)
+                .expect("create the floor file")
+        },
+        commit_all,
+    )
+}
+
+/// [`run`] with the floor file made by `create(path, frame_bytes)`, where `frame_bytes` is
+/// what the run's frames will take; what `create` writes is not counted in the run's I/O.
+pub fn run_with(
+    cfg: &Config,
+    dir: &Path,
+    threads: usize,
+    create: impl FnOnce(&Path, u64) -> File,
+    commit_all: impl FnOnce(File) -> RunTimes,
+) -> Measurement {
     let payload = delta_payload(threads, cfg.steps);
     let path = dir.join("floor.log");
+    let frame_bytes = payload.0 + 8 * (threads * cfg.steps) as u64;
+    let file = create(&path, frame_bytes);
     let io = io_counters();
-    let file = OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(&path)
-        .expect("create the floor file");
     let times = commit_all(file);
     let mut m = Measurement::from_run(&times, io_since(io), dir, payload);
     let mut recovery = Vec::new();

@@ -1,8 +1,13 @@
 //! `fsync-floor-group`: the floor's file format with leader/follower group commit, the
-//! physical limit of this disk for this workload.
+//! physical limit of this disk for this workload. `fsync-floor-group-prealloc`: the same,
+//! written with `pwrite` into a file zero-filled (and synced) before the run, so that no
+//! fdatasync of the run has a file size or an extent to persist.
+//! `fsync-floor-group-fallocated`: the same into a file reserved with `fallocate`.
 
-use std::fs::File;
+use std::fs::{File, OpenOptions};
 use std::io::Write;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::FileExt;
 use std::path::Path;
 
 use parking_lot::{Condvar, Mutex};
@@ -29,24 +34,127 @@ impl Backend for FsyncFloorGroup {
 
     fn run(&self, cfg: &Config, dir: &Path, threads: usize) -> Measurement {
         fsync_floor::run(cfg, dir, threads, |file| {
-            let g = GroupFile {
-                file,
-                state: Mutex::new(GroupState::default()),
-                durable: Condvar::new(),
-            };
-            drive(
-                threads,
-                cfg.steps,
-                |_| (),
-                |_, _, _, delta| g.commit(&frame(delta)),
-            )
+            group_commit_all(cfg, threads, file, false)
         })
     }
+}
+
+pub struct FsyncFloorGroupPrealloc;
+
+pub const FSYNC_FLOOR_GROUP_PREALLOC: FsyncFloorGroupPrealloc = FsyncFloorGroupPrealloc;
+
+/// The prealloc floor's file is zero-filled in chunks of this size, as agentwal preallocates
+/// its segments (`PREALLOCATE_BYTES`), all of them before the run.
+const ZERO_FILL_CHUNK_BYTES: u64 = 4 << 20;
+
+impl Backend for FsyncFloorGroupPrealloc {
+    fn name(&self) -> &'static str {
+        "fsync-floor-group-prealloc"
+    }
+
+    fn color(&self) -> RGBColor {
+        RGBColor(0x33, 0x33, 0x33)
+    }
+
+    fn run(&self, cfg: &Config, dir: &Path, threads: usize) -> Measurement {
+        fsync_floor::run_with(cfg, dir, threads, zero_filled, |file| {
+            group_commit_all(cfg, threads, file, true)
+        })
+    }
+}
+
+pub struct FsyncFloorGroupFallocated;
+
+/// `fsync-floor-group-fallocated`: the same with the file's space reserved by `fallocate`
+/// (unwritten extents, as agentwal's segments are when it does not zero ahead) instead of
+/// written with zeros: the size never changes, but each first write into an extent is a
+/// metadata change that the next fdatasync persists.
+pub const FSYNC_FLOOR_GROUP_FALLOCATED: FsyncFloorGroupFallocated = FsyncFloorGroupFallocated;
+
+impl Backend for FsyncFloorGroupFallocated {
+    fn name(&self) -> &'static str {
+        "fsync-floor-group-fallocated"
+    }
+
+    fn color(&self) -> RGBColor {
+        RGBColor(0x77, 0x77, 0x77)
+    }
+
+    fn run(&self, cfg: &Config, dir: &Path, threads: usize) -> Measurement {
+        fsync_floor::run_with(
+            cfg,
+            dir,
+            threads,
+            |path, bytes| preallocated(path, bytes, false),
+            |file| group_commit_all(cfg, threads, file, true),
+        )
+    }
+}
+
+/// A file of zeros covering `frame_bytes` (rounded up to whole chunks), written and synced
+/// with its size and metadata (`sync_all`) before the measured run starts.
+fn zero_filled(path: &Path, frame_bytes: u64) -> File {
+    preallocated(path, frame_bytes, true)
+}
+
+/// A file of `frame_bytes` rounded up to whole chunks, written with zeros (`zeros`) or
+/// reserved with `fallocate`, and synced with its size and metadata (`sync_all`).
+fn preallocated(path: &Path, frame_bytes: u64, zeros: bool) -> File {
+    let mut file = OpenOptions::new()
+        .create(true)
+        .truncate(true)
+        .read(true)
+        .write(true)
+        .open(path)
+        .expect("create the floor file");
+    let chunk = vec![0u8; ZERO_FILL_CHUNK_BYTES as usize];
+    for i in 0..frame_bytes.div_ceil(ZERO_FILL_CHUNK_BYTES).max(1) {
+        if zeros {
+            file.write_all(&chunk).expect("zero-fill the floor file");
+        } else {
+            let at = (i * ZERO_FILL_CHUNK_BYTES) as libc::off_t;
+            // SAFETY: a plain syscall on an open descriptor.
+            let rc = unsafe {
+                libc::fallocate(
+                    file.as_raw_fd(),
+                    0,
+                    at,
+                    ZERO_FILL_CHUNK_BYTES as libc::off_t,
+                )
+            };
+            assert_eq!(rc, 0, "fallocate the floor file");
+        }
+    }
+    file.sync_all().expect("sync the preallocated floor file");
+    file
+}
+
+/// Runs the workload through one [`GroupFile`]: appending, or `pwrite` from offset 0.
+fn group_commit_all(
+    cfg: &Config,
+    threads: usize,
+    file: File,
+    positioned: bool,
+) -> crate::harness::RunTimes {
+    let g = GroupFile {
+        file,
+        positioned,
+        state: Mutex::new(GroupState::default()),
+        durable: Condvar::new(),
+    };
+    drive(
+        threads,
+        cfg.steps,
+        |_| (),
+        |_, _, _, delta| g.commit(&frame(delta)),
+    )
 }
 
 /// Leader/follower group commit over a plain file.
 struct GroupFile {
     file: File,
+    /// `pwrite` at `GroupState::write_pos` (a preallocated file) instead of appending.
+    positioned: bool,
     state: Mutex<GroupState>,
     durable: Condvar,
 }
@@ -59,6 +167,8 @@ struct GroupState {
     /// Frames below this number are durable.
     durable: u64,
     leader: bool,
+    /// Where the next batch goes when `positioned`.
+    write_pos: u64,
 }
 
 impl GroupFile {
@@ -75,8 +185,14 @@ impl GroupFile {
             state.leader = true;
             let batch = std::mem::take(&mut state.buf);
             let end = state.next;
+            let at = state.write_pos;
+            state.write_pos += batch.len() as u64;
             drop(state);
-            (&self.file).write_all(&batch).expect("write");
+            if self.positioned {
+                self.file.write_all_at(&batch, at).expect("pwrite");
+            } else {
+                (&self.file).write_all(&batch).expect("write");
+            }
             self.file.sync_data().expect("sync_data");
             state = self.state.lock();
             state.durable = end;

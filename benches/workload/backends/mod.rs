@@ -74,7 +74,11 @@ pub static ALL: &[&dyn Backend] = &[
 ];
 
 /// Backends run only when `AGENTWAL_BENCH_BACKENDS` names them.
-pub static BY_NAME_ONLY: &[&dyn Backend] = &[&agentwal::AGENTWAL_ZSTD_SNAPSHOTS];
+pub static BY_NAME_ONLY: &[&dyn Backend] = &[
+    &agentwal::AGENTWAL_ZSTD_SNAPSHOTS,
+    &fsync_floor_group::FSYNC_FLOOR_GROUP_PREALLOC,
+    &fsync_floor_group::FSYNC_FLOOR_GROUP_FALLOCATED,
+];
 
 /// The PostgreSQL suite (`AGENTWAL_BENCH_SUITE=postgres`, built with `--features
 /// postgres`): agentwal on PostgreSQL and `postgres-seed` on one throwaway cluster, with the
