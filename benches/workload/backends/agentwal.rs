@@ -98,6 +98,7 @@ impl Backend for Agentwal {
         m.log_bytes = Some(stats.bytes_written as f64);
         m.fsyncs = Some(stats.fsyncs as f64);
         m.mean_batch = Some(stats.mean_batch_records);
+        m.zero_bytes = Some(stats.zero_bytes_written as f64);
         let probe = task_id(0);
         let (warm, cold, recovery) = time_loads(
             cfg,
