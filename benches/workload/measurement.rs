@@ -37,6 +37,9 @@ pub struct Measurement {
     pub mean_batch: Option<f64>,
     /// agentwal only: bytes of zeros its log wrote ahead of the data during the run.
     pub zero_bytes: Option<f64>,
+    /// agentwal only: bytes the process read from storage during the commits (a write
+    /// into part of a page that is not in the page cache reads it first).
+    pub read_bytes: Option<f64>,
     /// `agentwal-recycled` only: retired files waiting (`*.wal.free`) when the run starts,
     /// and how many bytes of its active (recycled) segment, from the header on, were
     /// written extents then (FIEMAP), i.e. had nothing to convert.
@@ -122,6 +125,7 @@ impl Measurement {
             fsyncs: med_opt(&|m| m.fsyncs),
             mean_batch: med_opt(&|m| m.mean_batch),
             zero_bytes: med_opt(&|m| m.zero_bytes),
+            read_bytes: med_opt(&|m| m.read_bytes),
             free_files: med_opt(&|m| m.free_files),
             recycled_written_bytes: med_opt(&|m| m.recycled_written_bytes),
             prep_log_bytes: med_opt(&|m| m.prep_log_bytes),

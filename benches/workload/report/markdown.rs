@@ -401,6 +401,12 @@ fn details(w: &mut String, cfg: &Config, run: &Run) {
             if let Some(zeros) = m.zero_bytes {
                 other.push(format!("{} of zeros written ahead", fmt_bytes(zeros)));
             }
+            if let Some(read) = m.read_bytes {
+                other.push(format!(
+                    "{} read from storage in the commits",
+                    fmt_bytes(read)
+                ));
+            }
             if let (Some(free), Some(written)) = (m.free_files, m.recycled_written_bytes) {
                 other.push(format!(
                     "active segment recycled, {} of it written extents at the start, \
