@@ -24,7 +24,8 @@
 //!   on a store prepared before the run (not counted) so that its active segment is a
 //!   recycled file, as in a long-lived store (`backends/agentwal_recycled.rs`);
 //!   `agentwal-recycled-cold` (by name only): the same with that file dropped from the
-//!   page cache first.
+//!   page cache first; `agentwal-recycled-uncompressed` (by name only): the recycled
+//!   store with `Compression::None`.
 //! - `sqlite-seed`: what most agent code does today: `checkpoints(task_id, checkpoint_seq,
 //!   state, created_at)`, one `INSERT OR REPLACE` of the full state as JSON per step,
 //!   `journal_mode=WAL`, `synchronous=FULL`, one connection per thread, busy_timeout 10 s

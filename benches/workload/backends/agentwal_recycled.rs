@@ -34,6 +34,9 @@
 //! (its recovery reads the segment, so not before), as a long-lived store's retired file
 //! may well be by the time a rotation reuses it: a write into part of a page that is not
 //! cached may then have to read it first.
+//!
+//! `agentwal-recycled-uncompressed`, by name only: the recycled store measured as
+//! `agentwal-uncompressed` (`Compression::None`), to tell what compression costs there.
 
 use std::fs::File;
 use std::os::fd::AsRawFd;
@@ -47,7 +50,7 @@ use agentwal::storage::{RealStorage, Storage};
 use agentwal::{AgentDelta, Compression, Options, Store, SyncMode};
 use plotters::style::RGBColor;
 
-use super::agentwal::AGENTWAL;
+use super::agentwal::{AGENTWAL, AGENTWAL_UNCOMPRESSED, Agentwal};
 use super::{Backend, Prepared};
 use crate::config::Config;
 use crate::generator::delta_payload;
@@ -57,6 +60,8 @@ use crate::metering::{io_counters, io_since};
 pub struct AgentwalRecycled {
     name: &'static str,
     color: RGBColor,
+    /// The backend whose options and measurement it runs.
+    base: &'static Agentwal,
     /// Drop the active segment from the page cache after preparing.
     cold: bool,
 }
@@ -64,13 +69,22 @@ pub struct AgentwalRecycled {
 pub const AGENTWAL_RECYCLED: AgentwalRecycled = AgentwalRecycled {
     name: "agentwal-recycled",
     color: RGBColor(0xFF, 0x7F, 0x0E),
+    base: &AGENTWAL,
     cold: false,
 };
 
 pub const AGENTWAL_RECYCLED_COLD: AgentwalRecycled = AgentwalRecycled {
     name: "agentwal-recycled-cold",
     color: RGBColor(0xBC, 0xBD, 0x22),
+    base: &AGENTWAL,
     cold: true,
+};
+
+pub const AGENTWAL_RECYCLED_UNCOMPRESSED: AgentwalRecycled = AgentwalRecycled {
+    name: "agentwal-recycled-uncompressed",
+    color: RGBColor(0x17, 0xBE, 0xCF),
+    base: &AGENTWAL_UNCOMPRESSED,
+    cold: false,
 };
 
 /// Bytes of each filler delta (one variable, overwritten: the state stays this size).
@@ -112,7 +126,7 @@ impl Backend for AgentwalRecycled {
                 drop_from_page_cache(&active_segment(dir).0);
             }
         };
-        let mut m = AGENTWAL.run_with(cfg, dir, threads, &cold);
+        let mut m = self.base.run_with(cfg, dir, threads, &cold);
         let (after, after_id) = active_segment(dir);
         assert_eq!(
             after_id,

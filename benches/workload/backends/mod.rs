@@ -99,6 +99,7 @@ pub static BY_NAME_ONLY: &[&dyn Backend] = &[
     &fsync_floor_group::FSYNC_FLOOR_GROUP_FALLOCATED,
     &agentwal_recycled::AGENTWAL_RECYCLED,
     &agentwal_recycled::AGENTWAL_RECYCLED_COLD,
+    &agentwal_recycled::AGENTWAL_RECYCLED_UNCOMPRESSED,
 ];
 
 /// The PostgreSQL suite (`AGENTWAL_BENCH_SUITE=postgres`, built with `--features
