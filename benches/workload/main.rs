@@ -20,7 +20,12 @@
 //!   compressed with zstd level 1); beside it, outside the targets, `agentwal-uncompressed`
 //!   (`Compression::None`) and `agentwal-periodic` (`SyncMode::Periodic`, not durable per
 //!   commit). `agentwal-zstd-snapshots` (only snapshots compressed) runs only when
-//!   `AGENTWAL_BENCH_BACKENDS` names it.
+//!   `AGENTWAL_BENCH_BACKENDS` names it. `agentwal-recycled` (by name only): `agentwal`
+//!   on a store prepared before the run (not counted) so that its active segment is a
+//!   recycled file, as in a long-lived store (`backends/agentwal_recycled.rs`);
+//!   `agentwal-recycled-cold` (by name only): the same with that file dropped from the
+//!   page cache first; `agentwal-recycled-uncompressed` (by name only): the recycled
+//!   store with `Compression::None`.
 //! - `sqlite-seed`: what most agent code does today: `checkpoints(task_id, checkpoint_seq,
 //!   state, created_at)`, one `INSERT OR REPLACE` of the full state as JSON per step,
 //!   `journal_mode=WAL`, `synchronous=FULL`, one connection per thread, busy_timeout 10 s
@@ -265,12 +270,25 @@ fn run_rounds(
 /// mode, all a child does).
 fn run_one(cfg: &Config, b: &dyn Backend, t: usize, round: usize) -> Measurement {
     let dir = cfg.tmpdir(&format!("bench-workload-{}-", b.name()));
+    // Before the probe, so that the run starts on a disk the preparation no longer loads.
+    let prepared = b.prepare(cfg, dir.path(), t);
     let probe = metering::wait_for_calm_disk(cfg);
     let t0 = Instant::now();
     let mut m = b.run(cfg, dir.path(), t);
     m.probe_us = probe;
+    let mut prep_note = String::new();
+    if let Some(p) = prepared {
+        m.prep_log_bytes = Some(p.log_bytes as f64);
+        m.prep_device_bytes = Some(p.device_bytes as f64);
+        m.prep_ms = Some(p.elapsed.as_secs_f64() * 1e3);
+        prep_note = format!(
+            ", prepared {} in {:.1} s",
+            fmt_bytes(p.log_bytes as f64),
+            p.elapsed.as_secs_f64()
+        );
+    }
     eprintln!(
-        "round {}/{} T={t:>2} {:<18} {:>9} commits/s  p50 {:>9}  p99 {:>9}  disk {:>10}  ({:.1} s, probe {probe:.0} µs)",
+        "round {}/{} T={t:>2} {:<18} {:>9} commits/s  p50 {:>9}  p99 {:>9}  disk {:>10}  ({:.1} s, probe {probe:.0} µs{prep_note})",
         round + 1,
         cfg.rounds,
         b.name(),

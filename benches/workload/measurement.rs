@@ -35,6 +35,21 @@ pub struct Measurement {
     /// agentwal only: fdatasync calls and records per group-commit batch.
     pub fsyncs: Option<f64>,
     pub mean_batch: Option<f64>,
+    /// agentwal only: bytes of zeros its log wrote ahead of the data during the run.
+    pub zero_bytes: Option<f64>,
+    /// agentwal only: bytes the process read from storage during the commits (a write
+    /// into part of a page that is not in the page cache reads it first).
+    pub read_bytes: Option<f64>,
+    /// `agentwal-recycled` only: retired files waiting (`*.wal.free`) when the run starts,
+    /// and how many bytes of its active (recycled) segment, from the header on, were
+    /// written extents then (FIEMAP), i.e. had nothing to convert.
+    pub free_files: Option<f64>,
+    pub recycled_written_bytes: Option<f64>,
+    /// A backend that prepares its directory (`Backend::prepare`): what that appended to
+    /// its log, wrote to the device and took, none of it in the other figures.
+    pub prep_log_bytes: Option<f64>,
+    pub prep_device_bytes: Option<f64>,
+    pub prep_ms: Option<f64>,
     /// SQLite only: SQLITE_BUSY errors that escaped the busy handler (retried).
     pub busy_retries: Option<f64>,
     /// PostgreSQL peers only: WAL bytes the server generated during the commits.
@@ -109,6 +124,13 @@ impl Measurement {
             log_bytes: med_opt(&|m| m.log_bytes),
             fsyncs: med_opt(&|m| m.fsyncs),
             mean_batch: med_opt(&|m| m.mean_batch),
+            zero_bytes: med_opt(&|m| m.zero_bytes),
+            read_bytes: med_opt(&|m| m.read_bytes),
+            free_files: med_opt(&|m| m.free_files),
+            recycled_written_bytes: med_opt(&|m| m.recycled_written_bytes),
+            prep_log_bytes: med_opt(&|m| m.prep_log_bytes),
+            prep_device_bytes: med_opt(&|m| m.prep_device_bytes),
+            prep_ms: med_opt(&|m| m.prep_ms),
             busy_retries: med_opt(&|m| m.busy_retries),
             wal_bytes: med_opt(&|m| m.wal_bytes),
             load_rows: med_opt(&|m| m.load_rows),

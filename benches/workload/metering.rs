@@ -50,6 +50,15 @@ pub fn io_counters() -> (u64, u64) {
     (field("wchar:"), device)
 }
 
+/// Bytes this process made the storage layer read so far (`read_bytes` in /proc/self/io;
+/// page-cache hits not counted).
+pub fn read_bytes() -> u64 {
+    let text = std::fs::read_to_string("/proc/self/io").unwrap_or_default();
+    text.lines()
+        .find_map(|l| l.strip_prefix("read_bytes:")?.trim().parse().ok())
+        .unwrap_or(0)
+}
+
 pub fn io_since(before: (u64, u64)) -> (u64, u64) {
     let now = io_counters();
     (now.0 - before.0, now.1 - before.1)

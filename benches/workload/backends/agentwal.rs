@@ -14,7 +14,7 @@ use crate::config::Config;
 use crate::generator::{delta_payload, expected_state, task_id};
 use crate::harness::{drive, time_loads};
 use crate::measurement::Measurement;
-use crate::metering::{io_counters, io_since};
+use crate::metering::{io_counters, io_since, read_bytes};
 
 pub struct Agentwal {
     name: &'static str,
@@ -74,6 +74,20 @@ impl Backend for Agentwal {
     }
 
     fn run(&self, cfg: &Config, dir: &Path, threads: usize) -> Measurement {
+        self.run_with(cfg, dir, threads, &|_| ())
+    }
+}
+
+impl Agentwal {
+    /// [`Backend::run`], with `after_open` called on the directory once the store is
+    /// open, before the commits (and outside their figures).
+    pub fn run_with(
+        &self,
+        cfg: &Config,
+        dir: &Path,
+        threads: usize,
+        after_open: &dyn Fn(&Path),
+    ) -> Measurement {
         let payload = delta_payload(threads, cfg.steps);
         let io = io_counters();
         let d = Options::default();
@@ -83,6 +97,8 @@ impl Backend for Agentwal {
             ..d
         };
         let store: Store = Store::open_with(dir, options).expect("open agentwal");
+        after_open(dir);
+        let read_before = read_bytes();
         let times = drive(
             threads,
             cfg.steps,
@@ -92,12 +108,15 @@ impl Backend for Agentwal {
                 debug_assert_eq!(committed, seq);
             },
         );
+        let read = read_bytes() - read_before;
         let stats = store.stats();
         drop(store);
         let mut m = Measurement::from_run(&times, io_since(io), dir, payload);
         m.log_bytes = Some(stats.bytes_written as f64);
         m.fsyncs = Some(stats.fsyncs as f64);
         m.mean_batch = Some(stats.mean_batch_records);
+        m.zero_bytes = Some(stats.zero_bytes_written as f64);
+        m.read_bytes = Some(read as f64);
         let probe = task_id(0);
         let (warm, cold, recovery) = time_loads(
             cfg,

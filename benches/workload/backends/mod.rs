@@ -6,6 +6,7 @@
 //! into figures, [`crate::harness::time_loads`] times its loads and reopens.
 
 mod agentwal;
+mod agentwal_recycled;
 mod fsync_floor;
 mod fsync_floor_group;
 mod okaywal;
@@ -20,6 +21,7 @@ mod sqlite_delta;
 mod sqlite_seed;
 
 use std::path::Path;
+use std::time::Duration;
 
 use plotters::style::RGBColor;
 
@@ -44,7 +46,15 @@ pub trait Backend: Sync {
     /// Its bars' color in the chart.
     fn color(&self) -> RGBColor;
 
-    /// Runs the workload with `threads` tasks in the empty directory `dir` and measures it
+    /// Prepares `dir` for [`run`](Self::run) before the disk probe and outside the timed run
+    /// and its I/O counters (a store that already lived, say); returns what that wrote.
+    /// Most backends start from the empty directory and have nothing to prepare.
+    fn prepare(&self, _cfg: &Config, _dir: &Path, _threads: usize) -> Option<Prepared> {
+        None
+    }
+
+    /// Runs the workload with `threads` tasks in the directory `dir` (empty, or as
+    /// [`prepare`](Self::prepare) left it) and measures it
     /// (the caller adds the disk probe). The figures a backend has no notion of (a load
     /// for a plain log, say) stay `None`.
     fn run(&self, cfg: &Config, dir: &Path, threads: usize) -> Measurement;
@@ -59,6 +69,15 @@ pub trait Backend: Sync {
     fn needs_postgres(&self) -> bool {
         false
     }
+}
+
+/// What [`Backend::prepare`] did, outside the run's figures.
+pub struct Prepared {
+    /// Bytes the preparation's store appended to its log.
+    pub log_bytes: u64,
+    /// Bytes written to the stores' block device meanwhile (as `Measurement::device_bytes`).
+    pub device_bytes: u64,
+    pub elapsed: Duration,
 }
 
 /// Every backend, in the order of the tables and of the chart's bars.
@@ -78,6 +97,9 @@ pub static BY_NAME_ONLY: &[&dyn Backend] = &[
     &agentwal::AGENTWAL_ZSTD_SNAPSHOTS,
     &fsync_floor_group::FSYNC_FLOOR_GROUP_PREALLOC,
     &fsync_floor_group::FSYNC_FLOOR_GROUP_FALLOCATED,
+    &agentwal_recycled::AGENTWAL_RECYCLED,
+    &agentwal_recycled::AGENTWAL_RECYCLED_COLD,
+    &agentwal_recycled::AGENTWAL_RECYCLED_UNCOMPRESSED,
 ];
 
 /// The PostgreSQL suite (`AGENTWAL_BENCH_SUITE=postgres`, built with `--features

@@ -398,6 +398,32 @@ fn details(w: &mut String, cfg: &Config, run: &Run) {
                     log / m.delta_postcard
                 ));
             }
+            if let Some(zeros) = m.zero_bytes {
+                other.push(format!("{} of zeros written ahead", fmt_bytes(zeros)));
+            }
+            if let Some(read) = m.read_bytes {
+                other.push(format!(
+                    "{} read from storage in the commits",
+                    fmt_bytes(read)
+                ));
+            }
+            if let (Some(free), Some(written)) = (m.free_files, m.recycled_written_bytes) {
+                other.push(format!(
+                    "active segment recycled, {} of it written extents at the start, \
+                     {free:.0} retired files waiting (in \"on disk\")",
+                    fmt_bytes(written)
+                ));
+            }
+            if let (Some(log), Some(dev), Some(ms)) =
+                (m.prep_log_bytes, m.prep_device_bytes, m.prep_ms)
+            {
+                other.push(format!(
+                    "prepared (not counted): {} appended, {} to the device, {}",
+                    fmt_bytes(log),
+                    fmt_bytes(dev),
+                    fmt_ms(ms)
+                ));
+            }
             if let Some(busy) = m.busy_retries {
                 other.push(format!("{busy:.0} SQLITE_BUSY retried"));
             }
