@@ -19,82 +19,80 @@ use crate::config::Config;
 use crate::harness::drive;
 use crate::measurement::Measurement;
 
-pub struct FsyncFloorGroup;
-
-pub const FSYNC_FLOOR_GROUP: FsyncFloorGroup = FsyncFloorGroup;
-
-impl Backend for FsyncFloorGroup {
-    fn name(&self) -> &'static str {
-        "fsync-floor-group"
-    }
-
-    fn color(&self) -> RGBColor {
-        RGBColor(0x55, 0x55, 0x55)
-    }
-
-    fn run(&self, cfg: &Config, dir: &Path, threads: usize) -> Measurement {
-        fsync_floor::run(cfg, dir, threads, |file| {
-            group_commit_all(cfg, threads, file, false)
-        })
-    }
+/// One group-committed floor: its name and colour, and the file it writes into.
+pub struct FsyncFloorGroup {
+    name: &'static str,
+    color: RGBColor,
+    file: FloorFile,
 }
 
-pub struct FsyncFloorGroupPrealloc;
+/// How a group floor's file is made before the run.
+#[derive(Clone, Copy)]
+enum FloorFile {
+    /// Opened for appending: every batch grows the file.
+    Growing,
+    /// Written with zeros and synced, then written with `pwrite` from offset 0.
+    ZeroFilled,
+    /// Reserved with `fallocate` (unwritten extents, as agentwal's segments are when it
+    /// does not zero ahead) and synced, then written with `pwrite`: the size never
+    /// changes, but each first write into an extent is a metadata change that the next
+    /// fdatasync persists.
+    Fallocated,
+}
 
-pub const FSYNC_FLOOR_GROUP_PREALLOC: FsyncFloorGroupPrealloc = FsyncFloorGroupPrealloc;
+pub const FSYNC_FLOOR_GROUP: FsyncFloorGroup = FsyncFloorGroup {
+    name: "fsync-floor-group",
+    color: RGBColor(0x55, 0x55, 0x55),
+    file: FloorFile::Growing,
+};
 
-/// The prealloc floor's file is zero-filled in chunks of this size, as agentwal preallocates
+pub const FSYNC_FLOOR_GROUP_PREALLOC: FsyncFloorGroup = FsyncFloorGroup {
+    name: "fsync-floor-group-prealloc",
+    color: RGBColor(0x33, 0x33, 0x33),
+    file: FloorFile::ZeroFilled,
+};
+
+pub const FSYNC_FLOOR_GROUP_FALLOCATED: FsyncFloorGroup = FsyncFloorGroup {
+    name: "fsync-floor-group-fallocated",
+    color: RGBColor(0x77, 0x77, 0x77),
+    file: FloorFile::Fallocated,
+};
+
+/// The preallocated floors' files are made in chunks of this size, as agentwal preallocates
 /// its segments (`PREALLOCATE_BYTES`), all of them before the run.
 const ZERO_FILL_CHUNK_BYTES: u64 = 4 << 20;
 
-impl Backend for FsyncFloorGroupPrealloc {
+impl Backend for FsyncFloorGroup {
     fn name(&self) -> &'static str {
-        "fsync-floor-group-prealloc"
+        self.name
     }
 
     fn color(&self) -> RGBColor {
-        RGBColor(0x33, 0x33, 0x33)
+        self.color
     }
 
     fn run(&self, cfg: &Config, dir: &Path, threads: usize) -> Measurement {
-        fsync_floor::run_with(cfg, dir, threads, zero_filled, |file| {
-            group_commit_all(cfg, threads, file, true)
-        })
+        let commit_all = |file| group_commit_all(cfg, threads, file, true);
+        match self.file {
+            FloorFile::Growing => fsync_floor::run(cfg, dir, threads, |file| {
+                group_commit_all(cfg, threads, file, false)
+            }),
+            FloorFile::ZeroFilled => fsync_floor::run_with(
+                cfg,
+                dir,
+                threads,
+                |path, bytes| preallocated(path, bytes, true),
+                commit_all,
+            ),
+            FloorFile::Fallocated => fsync_floor::run_with(
+                cfg,
+                dir,
+                threads,
+                |path, bytes| preallocated(path, bytes, false),
+                commit_all,
+            ),
+        }
     }
-}
-
-pub struct FsyncFloorGroupFallocated;
-
-/// `fsync-floor-group-fallocated`: the same with the file's space reserved by `fallocate`
-/// (unwritten extents, as agentwal's segments are when it does not zero ahead) instead of
-/// written with zeros: the size never changes, but each first write into an extent is a
-/// metadata change that the next fdatasync persists.
-pub const FSYNC_FLOOR_GROUP_FALLOCATED: FsyncFloorGroupFallocated = FsyncFloorGroupFallocated;
-
-impl Backend for FsyncFloorGroupFallocated {
-    fn name(&self) -> &'static str {
-        "fsync-floor-group-fallocated"
-    }
-
-    fn color(&self) -> RGBColor {
-        RGBColor(0x77, 0x77, 0x77)
-    }
-
-    fn run(&self, cfg: &Config, dir: &Path, threads: usize) -> Measurement {
-        fsync_floor::run_with(
-            cfg,
-            dir,
-            threads,
-            |path, bytes| preallocated(path, bytes, false),
-            |file| group_commit_all(cfg, threads, file, true),
-        )
-    }
-}
-
-/// A file of zeros covering `frame_bytes` (rounded up to whole chunks), written and synced
-/// with its size and metadata (`sync_all`) before the measured run starts.
-fn zero_filled(path: &Path, frame_bytes: u64) -> File {
-    preallocated(path, frame_bytes, true)
 }
 
 /// A file of `frame_bytes` rounded up to whole chunks, written with zeros (`zeros`) or
