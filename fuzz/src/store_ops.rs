@@ -245,12 +245,7 @@ impl Model {
 
     /// Oldest seq retention serves (0 for a task without checkpoints).
     fn retained_from(&self, task: &str) -> u64 {
-        let latest = self.latest(task);
-        match (latest, self.keep) {
-            (0, _) => 0,
-            (_, None) => 1,
-            (_, Some(k)) => latest.saturating_sub(k - 1).max(1),
-        }
+        retained_from(self.latest(task), self.keep)
     }
 
     fn commit(&mut self, task: &str, expected: Option<u64>, delta: &AgentDelta) -> Outcome<u64> {
@@ -386,11 +381,8 @@ impl Model {
         if self.keep.is_none() {
             return;
         }
-        let retained: BTreeMap<String, u64> = (self.tasks.keys())
-            .map(|t| (t.clone(), self.retained_from(t)))
-            .collect();
-        for (task, t) in self.tasks.iter_mut() {
-            let horizon = retained[task];
+        for t in self.tasks.values_mut() {
+            let horizon = retained_from(t.states.len() as u64, self.keep);
             for c in t.calls.iter_mut() {
                 if c.finished_at.is_some_and(|at| at < horizon) || c.pruned {
                     c.pruned = true;
@@ -419,6 +411,15 @@ impl Model {
                 kept
             });
         }
+    }
+}
+
+/// Oldest seq retention serves of a task whose latest seq is `latest` (0: no checkpoints).
+fn retained_from(latest: u64, keep: Option<u64>) -> u64 {
+    match (latest, keep) {
+        (0, _) => 0,
+        (_, None) => 1,
+        (_, Some(k)) => latest.saturating_sub(k - 1).max(1),
     }
 }
 
