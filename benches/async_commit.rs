@@ -174,16 +174,6 @@ fn run_blocking(threads: u64, steps: u64) -> Run {
     Run::new(threads * steps, elapsed, peak_threads, &store.stats())
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    }
-}
-
 /// A against B: the medians of each side, and the median of the per-rep ratios.
 struct Comparison {
     a: Run,
@@ -220,14 +210,14 @@ fn compare(rt: &tokio::runtime::Runtime, tasks: u64, steps: u64, reps: usize) ->
         per_rep(&b)
     );
     let summary = |v: &[Run]| Run {
-        commits_per_s: median(v.iter().map(|r| r.commits_per_s).collect()),
+        commits_per_s: median_of(v.iter().map(|r| r.commits_per_s).collect()),
         peak_threads: v.iter().map(|r| r.peak_threads).max().unwrap_or(0),
-        records_per_batch: median(v.iter().map(|r| r.records_per_batch).collect()),
+        records_per_batch: median_of(v.iter().map(|r| r.records_per_batch).collect()),
     };
     // The disk's speed drifts over seconds; a rep's A and B ran back to back.
     let ratios = a.iter().zip(&b);
     Comparison {
-        pair_ratio: median(
+        pair_ratio: median_of(
             ratios
                 .map(|(a, b)| a.commits_per_s / b.commits_per_s)
                 .collect(),
@@ -299,8 +289,8 @@ fn main() {
             .map(|_| run_async(&rt, c_tasks, c_steps))
             .collect();
         let c_peak = c.iter().map(|r| r.peak_threads).max().unwrap_or(0);
-        let c_rate = median(c.iter().map(|r| r.commits_per_s).collect());
-        let c_batch = median(c.iter().map(|r| r.records_per_batch).collect());
+        let c_rate = median_of(c.iter().map(|r| r.commits_per_s).collect());
+        let c_batch = median_of(c.iter().map(|r| r.records_per_batch).collect());
         println!(
             "| C: {c_tasks} tasks × {c_steps} steps, AsyncStore, 2 workers ({} reps) | {c_rate:.0} | | {c_peak} | {c_batch:.1} |",
             c.len()
@@ -338,4 +328,9 @@ fn main() {
             cmp.a.peak_threads
         );
     }
+}
+
+/// [`common::median`] of the values collected.
+fn median_of(mut v: Vec<f64>) -> f64 {
+    common::median(&mut v)
 }

@@ -562,28 +562,8 @@ fn run_source(name: &str, recs: &[Rec], log_bytes: u64, dict: Option<&[u8]>, rep
 
 /// The repository's `.md` and `.rs` files, concatenated, cut into `chunk`-byte pieces.
 fn real_text(chunk: usize) -> Vec<Vec<u8>> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let mut files = Vec::new();
-    let mut stack = vec![root.join("src"), root.join("benches")];
-    for f in ["DESIGN.md", "README.md", "CHANGELOG.md"] {
-        files.push(root.join(f));
-    }
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).unwrap() {
-            let p = e.unwrap().path();
-            if p.is_dir() {
-                stack.push(p);
-            } else if p.extension().is_some_and(|x| x == "rs" || x == "md") {
-                files.push(p);
-            }
-        }
-    }
-    files.sort();
-    let mut all = Vec::new();
-    for f in files {
-        all.extend(std::fs::read(f).unwrap());
-    }
-    all.chunks(chunk)
+    common::repo_text(&["DESIGN.md", "README.md", "CHANGELOG.md"])
+        .chunks(chunk)
         .filter(|c| c.len() == chunk)
         .map(|c| c.to_vec())
         .collect()

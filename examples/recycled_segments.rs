@@ -24,6 +24,10 @@ use std::time::{Duration, Instant};
 
 use agentwal::{AgentDelta, Compression, Message, Options, Store, SyncMode};
 
+#[path = "../benches/common/mod.rs"]
+#[allow(dead_code)] // the example uses only its median
+mod common;
+
 const SEGMENT_BYTES: u64 = 4 << 20;
 
 fn env(name: &str, default: usize) -> usize {
@@ -149,16 +153,6 @@ fn run(dir: &Path, threads: usize, steps: usize) -> Run {
     }
 }
 
-fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    }
-}
-
 fn main() {
     let base = std::env::args().nth(1).map_or_else(
         || PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target"),
@@ -207,8 +201,11 @@ fn main() {
         recycled.1.push(w.p99_us);
     }
     let _ = std::fs::remove_dir_all(&root);
-    let (fc, fp) = (median(&mut fresh.0), median(&mut fresh.1));
-    let (wc, wp) = (median(&mut recycled.0), median(&mut recycled.1));
+    let (fc, fp) = (common::median(&mut fresh.0), common::median(&mut fresh.1));
+    let (wc, wp) = (
+        common::median(&mut recycled.0),
+        common::median(&mut recycled.1),
+    );
     let each: Vec<String> = ratios.iter().map(|r| format!("{r:.2}")).collect();
     println!();
     println!("| store | commits/s (median) | p99 commit (median) |");
@@ -219,7 +216,7 @@ fn main() {
         "| recycled ÷ fresh | {:.2}× (per rep {}, their median {:.2}×) | {:.2}× |",
         wc / fc,
         each.join(", "),
-        median(&mut ratios),
+        common::median(&mut ratios),
         wp / fp
     );
 }

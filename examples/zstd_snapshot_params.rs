@@ -12,11 +12,13 @@
 //! every candidate once per round in a rotating order; the time is the median of the
 //! rounds' per-body mean, the range beside it.
 
+#[path = "../benches/common/mod.rs"]
+#[allow(dead_code)] // the probe uses only its text helper
+mod common;
 #[path = "../benches/workload/generator.rs"]
 #[allow(dead_code)]
 mod generator;
 
-use std::path::Path;
 use std::time::Instant;
 
 use agentwal::{AgentState, State};
@@ -75,25 +77,8 @@ fn workload_snapshots() -> Vec<Vec<u8>> {
 
 /// The repository's .md and .rs files, concatenated, in 128 KiB chunks.
 fn real_text() -> Vec<Vec<u8>> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let mut files = vec![root.join("DESIGN.md"), root.join("README.md")];
-    let mut stack = vec![root.join("src"), root.join("benches")];
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).unwrap() {
-            let p = e.unwrap().path();
-            if p.is_dir() {
-                stack.push(p);
-            } else if p.extension().is_some_and(|x| x == "rs" || x == "md") {
-                files.push(p);
-            }
-        }
-    }
-    files.sort();
-    let mut all = Vec::new();
-    for f in files {
-        all.extend(std::fs::read(f).unwrap());
-    }
-    all.chunks(128 << 10)
+    common::repo_text(&["DESIGN.md", "README.md"])
+        .chunks(128 << 10)
         .filter(|c| c.len() == 128 << 10)
         .take(16)
         .map(<[u8]>::to_vec)

@@ -35,3 +35,41 @@ pub fn step(task: u64, i: u64) -> AgentDelta {
         .set("step", i as i64)
         .set("last_tool", "search")
 }
+
+/// The median of `v` (sorted in place); the mean of the two middle values for an even count.
+#[allow(dead_code)] // each bench that includes this module uses some of it
+pub fn median(v: &mut [f64]) -> f64 {
+    assert!(!v.is_empty(), "the median of nothing");
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+/// Real text for the compression probes: the crate's top-level files `top` and every `.rs`
+/// and `.md` file under `src/` and `benches/`, in path order, concatenated.
+#[allow(dead_code)] // each bench that includes this module uses some of it
+pub fn repo_text(top: &[&str]) -> Vec<u8> {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut files: Vec<_> = top.iter().map(|f| root.join(f)).collect();
+    let mut stack = vec![root.join("src"), root.join("benches")];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).expect("read a source folder") {
+            let p = e.expect("a folder entry").path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if p.extension().is_some_and(|x| x == "rs" || x == "md") {
+                files.push(p);
+            }
+        }
+    }
+    files.sort();
+    let mut all = Vec::new();
+    for f in files {
+        all.extend(std::fs::read(f).expect("read a source file"));
+    }
+    all
+}
