@@ -107,6 +107,9 @@
 //! `provenance` and `report` (Markdown, SVG and JSON), `fresh` (the fresh-process mode).
 
 mod backends;
+#[path = "../common/mod.rs"]
+#[allow(dead_code)] // the workload bench uses only its median
+mod common;
 mod config;
 mod fresh;
 mod generator;

@@ -150,16 +150,7 @@ pub fn percentile(sorted: &[u64], p: f64) -> u64 {
     sorted[i]
 }
 
-pub fn median(v: &mut [f64]) -> f64 {
-    assert!(!v.is_empty());
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    }
-}
+pub use crate::common::median;
 
 pub fn median_duration(v: &mut [Duration]) -> Duration {
     v.sort_unstable();
