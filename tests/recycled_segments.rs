@@ -9,6 +9,9 @@
 //!   come back, the bytes past them are torn (strict recovery refuses them), a writer
 //!   seals the segment and appends to the next; with only the close record left, nothing
 //!   is torn and the writer appends after it.
+//! - A writer asks for a recycled file's earlier life to be read ahead of its batches
+//!   (`StorageFile::advise_will_need`), so that a small batch does not wait for a page
+//!   read of its own.
 //! - Regression: strict recovery took the earlier life's bytes past a close record for a
 //!   torn tail, and refused every cleanly closed recycled segment.
 //! - Regression: a writer appended after the close record of a recycled segment whatever
@@ -340,4 +343,70 @@ fn a_strict_open_accepts_a_cleanly_closed_recycled_segment() {
     let log = Log::open_on(Arc::new(sim), DIR, strict, |_| Ok(()))
         .unwrap_or_else(|e| panic!("a strict open of a cleanly closed recycled segment: {e}"));
     assert_eq!(log.recovery().torn_bytes, 0);
+}
+
+/// A writer asks for a recycled file's earlier life to be read ahead of its batches, a
+/// window at a time: on a real disk each small batch would otherwise wait for a page read
+/// (the page cache cannot make up a written page it does not hold). Every byte the writer
+/// then writes over was asked for before, in a few windows rather than one per batch, and
+/// a fresh segment (nothing written ahead of the data) is asked for nothing.
+#[test]
+fn a_writer_reads_a_recycled_files_earlier_life_ahead_of_its_batches() {
+    const SEGMENT_BYTES: u64 = 4 << 20;
+    const RECORD_BYTES: usize = 60_000;
+    let sim = SimStorage::new();
+    let storage: Arc<dyn Storage> = Arc::new(sim.clone());
+    let options = LogOptions {
+        segment_bytes: SEGMENT_BYTES,
+        ..LogOptions::default()
+    };
+    let log = Log::open_on(storage, DIR, options, |_| Ok(())).expect("open");
+    let record = [0x5Au8; RECORD_BYTES];
+    let mut last = log.append(1, &record).unwrap();
+    // Two sealed segments: the pass retires the first and puts its (empty) compacted
+    // segment in the second's file.
+    while last.pos.segment_id < 3 {
+        last = log.append(1, &record).unwrap();
+    }
+    let fresh = segment_path(Path::new(DIR), last.pos.segment_id);
+    log.compact(true, &NothingLive::default()).unwrap();
+    let appends_per_segment = SEGMENT_BYTES as usize / RECORD_BYTES + 1;
+    for _ in 0..appends_per_segment {
+        if log.stats().segments_recycled > 0 {
+            break;
+        }
+        last = log.append(1, &record).unwrap();
+    }
+    assert_eq!(
+        log.stats().segments_recycled,
+        1,
+        "the next segment is recycled"
+    );
+    let first = last.pos;
+    let mut batches = 1;
+    while last.pos.segment_id == first.segment_id && last.pos.offset < (3 << 20) / 2 {
+        last = log.append(1, &record).unwrap();
+        batches += 1;
+    }
+    assert_eq!(
+        last.pos.segment_id, first.segment_id,
+        "still the recycled file"
+    );
+    let advice = sim.advice_on(&segment_path(Path::new(DIR), first.segment_id));
+    let written = first.offset..last.pos.offset + u64::from(last.bytes);
+    let mut covered = written.start;
+    for &(offset, len) in &advice {
+        assert!(offset <= covered, "a gap before {offset} in {advice:?}");
+        covered = covered.max(offset + len);
+    }
+    assert!(
+        covered >= written.end,
+        "written {written:?}, read ahead {advice:?}"
+    );
+    assert!(
+        (2..=8).contains(&advice.len()),
+        "{} windows for {batches} batches: {advice:?}",
+        advice.len()
+    );
+    assert_eq!(sim.advice_on(&fresh), Vec::new(), "a fresh segment");
 }

@@ -93,6 +93,7 @@ impl Io {
     ) -> Result<()> {
         let end = self.write_pos + bytes.len() as u64;
         assert!(end <= self.segment_end, "write past the segment's end");
+        self.read_ahead();
         self.allocate_through(end)?;
         self.file()?
             .write_all_at(bytes, self.write_pos)

@@ -23,6 +23,7 @@
 
 mod batch;
 mod io;
+mod read_ahead;
 mod rotation;
 mod zeroing;
 
@@ -98,6 +99,11 @@ struct Io {
     allocated_end: u64,
     /// Bytes of the segment written at least once (data or zeros): no unwritten extents.
     zeroed_end: u64,
+    /// Bytes of the segment written before this writer took it (by an earlier life of a
+    /// recycled file, or an earlier writer): the page cache may not hold them.
+    cold_end: u64,
+    /// How far ahead of the data the writer has asked for those to be read.
+    read_ahead_end: u64,
     /// Bytes of the segment known durable.
     synced_pos: u64,
     /// Whether to zero ahead, from the bytes recent fdatasyncs covered.
@@ -258,6 +264,8 @@ impl Writer {
                 write_pos: start.write_pos,
                 allocated_end: start.file_bytes,
                 zeroed_end: start.zeroed_end.min(start.file_bytes).max(start.write_pos),
+                cold_end: start.zeroed_end.min(start.file_bytes),
+                read_ahead_end: start.write_pos,
                 synced_pos: start.write_pos,
                 zeroing: ZeroingPolicy::default(),
                 segment_bytes: start.segment_bytes,
