@@ -10,7 +10,7 @@ use agentwal::{AgentDelta, AgentState};
 use crate::config::Config;
 use crate::generator::{make_delta, task_id};
 use crate::measurement::median_duration;
-use crate::metering::{minor_faults, thread_cpu_ns};
+use crate::metering::{Metered, Meters, thread_cpu_ns};
 
 /// What `drive` measured.
 pub struct RunTimes {
@@ -19,9 +19,28 @@ pub struct RunTimes {
     pub latencies: Vec<u64>,
     /// CPU time (user + system) the committing threads spent inside `step`, in nanoseconds.
     pub step_cpu_ns: u64,
-    /// Minor page faults of the whole process from the common start until every worker
-    /// was joined (background threads included).
-    pub minor_faults: u64,
+    /// The whole process's and the whole machine's counters from the moment every
+    /// worker's `init` was done until every worker's last commit was (background threads
+    /// and other processes included).
+    pub counters: Metered,
+}
+
+/// What one worker measured.
+struct Worked {
+    started: Instant,
+    finished: Instant,
+    latencies: Vec<u64>,
+    cpu_ns: u64,
+}
+
+/// Crosses `line` when dropped: a worker whose `step` panics still reaches the last
+/// crossing, so the others and the main thread do not wait for it forever.
+struct Arrive<'a>(&'a Barrier);
+
+impl Drop for Arrive<'_> {
+    fn drop(&mut self) {
+        self.0.wait();
+    }
 }
 
 /// Runs the workload: `threads` threads, one task each, `steps` steps; `init` makes a
@@ -33,58 +52,77 @@ pub fn drive<W>(
     init: impl Fn(usize) -> W + Sync,
     step: impl Fn(&mut W, &str, u64, &AgentDelta) + Sync,
 ) -> RunTimes {
-    let start_line = Barrier::new(threads + 1);
-    let (started, finished, mut latencies, step_cpu_ns, minor_faults) = std::thread::scope(|s| {
+    // Every worker and the main thread cross this line three times: every `init` done
+    // (the counters start, so no `init` is in them), go, every last commit done (they
+    // stop, before a worker drops its state: closing SQLite's last connection checkpoints
+    // its WAL, which is no commit's work).
+    let line = Barrier::new(threads + 1);
+    let (worked, counters) = std::thread::scope(|s| {
         let workers: Vec<_> = (0..threads)
             .map(|task| {
-                let (start_line, init, step) = (&start_line, &init, &step);
-                s.spawn(move || {
-                    let id = task_id(task);
-                    let mut worker = init(task);
-                    let mut latencies = Vec::with_capacity(steps);
-                    let mut cpu_ns = 0;
-                    start_line.wait();
-                    // Each worker notes its own start: the main thread may be scheduled
-                    // only after a fast backend's workers have finished.
-                    let started = Instant::now();
-                    for n in 0..steps {
-                        let delta = make_delta(task, n);
-                        let (t0, c0) = (Instant::now(), thread_cpu_ns());
-                        step(&mut worker, &id, n as u64 + 1, &delta);
-                        latencies.push(t0.elapsed().as_nanos() as u64);
-                        cpu_ns += thread_cpu_ns() - c0;
-                    }
-                    let finished = Instant::now();
-                    drop(worker);
-                    (started, finished, latencies, cpu_ns)
-                })
+                let (line, init, step) = (&line, &init, &step);
+                s.spawn(move || work(task, steps, line, init, step))
             })
             .collect();
-        start_line.wait();
-        // After the barrier: every worker's `init` (an SQLite connection, say) is done.
-        let faults = minor_faults();
-        let mut started: Option<Instant> = None;
-        let mut finished: Option<Instant> = None;
-        let mut all = Vec::with_capacity(threads * steps);
-        let mut cpu_ns = 0;
-        for w in workers {
-            let (s, f, l, c) = w.join().expect("worker panicked");
-            started = Some(started.map_or(s, |t| t.min(s)));
-            finished = Some(finished.map_or(f, |t| t.max(f)));
-            all.extend(l);
-            cpu_ns += c;
-        }
-        let faults = minor_faults() - faults;
-        let started = started.expect("at least one worker");
-        let finished = finished.expect("at least one worker");
-        (started, finished, all, cpu_ns, faults)
+        line.wait();
+        let meters = Meters::now();
+        line.wait();
+        line.wait();
+        let counters = meters.since();
+        let worked: Vec<Worked> = workers
+            .into_iter()
+            .map(|w| w.join().expect("worker panicked"))
+            .collect();
+        (worked, counters)
     });
+    let started = worked.iter().map(|w| w.started).min();
+    let finished = worked.iter().map(|w| w.finished).max();
+    let mut latencies: Vec<u64> = worked
+        .iter()
+        .flat_map(|w| w.latencies.iter().copied())
+        .collect();
     latencies.sort_unstable();
     RunTimes {
-        wall: finished - started,
+        wall: finished.expect("at least one worker") - started.expect("at least one worker"),
         latencies,
-        step_cpu_ns,
-        minor_faults,
+        step_cpu_ns: worked.iter().map(|w| w.cpu_ns).sum(),
+        counters,
+    }
+}
+
+/// One worker of `drive`: its task's steps, timed, between the crossings of `line`.
+fn work<W>(
+    task: usize,
+    steps: usize,
+    line: &Barrier,
+    init: impl Fn(usize) -> W,
+    step: impl Fn(&mut W, &str, u64, &AgentDelta),
+) -> Worked {
+    let id = task_id(task);
+    let mut worker = init(task);
+    let mut latencies = Vec::with_capacity(steps);
+    let mut cpu_ns = 0;
+    line.wait();
+    line.wait();
+    let last_crossing = Arrive(line);
+    // Each worker notes its own start: the main thread may be scheduled only after a
+    // fast backend's workers have finished.
+    let started = Instant::now();
+    for n in 0..steps {
+        let delta = make_delta(task, n);
+        let (t0, c0) = (Instant::now(), thread_cpu_ns());
+        step(&mut worker, &id, n as u64 + 1, &delta);
+        latencies.push(t0.elapsed().as_nanos() as u64);
+        cpu_ns += thread_cpu_ns() - c0;
+    }
+    let finished = Instant::now();
+    drop(last_crossing);
+    drop(worker);
+    Worked {
+        started,
+        finished,
+        latencies,
+        cpu_ns,
     }
 }
 

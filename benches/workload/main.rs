@@ -54,6 +54,11 @@
 //!   pages, counted each time a page is dirtied again after a sync).
 //! - load_latest: warm is the median over many loads on one handle; cold is the median of
 //!   the first load on a freshly opened handle (page cache warm; the open is not counted).
+//! - CPU (from every worker's `init` done to every worker's last commit): the share of
+//!   all cores the whole machine was busy (/proc/stat: everything but idle and iowait)
+//!   and that busy time per commit, this process's CPU per commit (`getrusage`, every
+//!   thread) and the committing threads' own CPU inside their commits: whether a run was
+//!   bound by CPU or by the disk's fdatasync.
 //! - recovery: time to open the store after the run (for SQLite: open, set the pragmas
 //!   and run the first query; for okaywal: `WriteAheadLog::recover` reading every entry
 //!   still in the log; for the floors: read the file and check every crc).
@@ -291,7 +296,7 @@ fn run_one(cfg: &Config, b: &dyn Backend, t: usize, round: usize) -> Measurement
         );
     }
     eprintln!(
-        "round {}/{} T={t:>2} {:<18} {:>9} commits/s  p50 {:>9}  p99 {:>9}  disk {:>10}  ({:.1} s, probe {probe:.0} µs{prep_note})",
+        "round {}/{} T={t:>2} {:<18} {:>9} commits/s  p50 {:>9}  p99 {:>9}  disk {:>10}  busy {:>4}  ({:.1} s, probe {probe:.0} µs{prep_note})",
         round + 1,
         cfg.rounds,
         b.name(),
@@ -299,6 +304,7 @@ fn run_one(cfg: &Config, b: &dyn Backend, t: usize, round: usize) -> Measurement
         fmt_ms(m.p50_ms),
         fmt_ms(m.p99_ms),
         fmt_bytes(m.disk_bytes),
+        report::opt(m.machine_busy, |f| format!("{:.0}%", f * 100.0)),
         t0.elapsed().as_secs_f64()
     );
     m

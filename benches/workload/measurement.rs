@@ -63,12 +63,23 @@ pub struct Measurement {
     pub step_cpu_us: f64,
     /// Minor page faults of the process during the commits, per commit.
     pub faults_per_commit: f64,
+    /// The whole machine over the same span as the page faults: the busy share of all
+    /// cores (0 to 1) and the busy CPU time of all cores per commit (µs), every process
+    /// and kernel thread included; `None` where /proc/stat could not be read. With them
+    /// the jiffies all cores counted over the span, which say how coarse they are.
+    pub machine_busy: Option<f64>,
+    pub machine_cpu_us: Option<f64>,
+    pub machine_ticks: Option<f64>,
+    /// User + system CPU time of this whole process (every thread) over that span, per
+    /// commit (µs); `None` in results written before it was measured.
+    pub process_cpu_us: Option<f64>,
 }
 
 impl Measurement {
     pub fn from_run(times: &RunTimes, io: (u64, u64), dir: &Path, payload: (u64, u64)) -> Self {
         let commits = times.latencies.len() as f64;
         let (disk_bytes, disk_allocated) = dir_usage(dir);
+        let machine = times.counters.machine;
         Measurement {
             commits,
             // At least a microsecond: a rate must stay finite however fast a run was.
@@ -83,7 +94,11 @@ impl Measurement {
             delta_postcard: payload.0 as f64,
             delta_json: payload.1 as f64,
             step_cpu_us: times.step_cpu_ns as f64 / 1e3 / commits.max(1.0),
-            faults_per_commit: times.minor_faults as f64 / commits.max(1.0),
+            faults_per_commit: times.counters.minor_faults as f64 / commits.max(1.0),
+            machine_busy: machine.map(|b| b.fraction),
+            machine_cpu_us: machine.map(|b| b.cpu_s * 1e6 / commits.max(1.0)),
+            machine_ticks: machine.map(|b| b.ticks as f64),
+            process_cpu_us: Some(times.counters.process_cpu_ns as f64 / 1e3 / commits.max(1.0)),
             ..Measurement::default()
         }
     }
@@ -138,6 +153,10 @@ impl Measurement {
             probe_us: med(&|m| m.probe_us),
             step_cpu_us: med(&|m| m.step_cpu_us),
             faults_per_commit: med(&|m| m.faults_per_commit),
+            machine_busy: med_opt(&|m| m.machine_busy),
+            machine_cpu_us: med_opt(&|m| m.machine_cpu_us),
+            machine_ticks: med_opt(&|m| m.machine_ticks),
+            process_cpu_us: med_opt(&|m| m.process_cpu_us),
         }
     }
 }

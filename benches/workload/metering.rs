@@ -1,6 +1,6 @@
 //! What the kernel counts for us: bytes written (/proc/self/io and the block device's
-//! counters), file sizes, thread CPU time, RSS, the mount holding the stores and how slow
-//! an fdatasync is right now.
+//! counters), file sizes, thread, process and machine CPU time (/proc/stat), RSS, the
+//! mount holding the stores and how slow an fdatasync is right now.
 
 use std::fs::File;
 use std::os::unix::fs::MetadataExt;
@@ -128,15 +128,128 @@ pub fn thread_cpu_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
-/// Minor page faults of this process so far (every thread's): memory touched for the first
-/// time, which a fresh process pays for where a long-lived one reuses its heap.
-pub fn minor_faults() -> u64 {
+/// This process's resource usage so far, every thread's (joined ones included).
+fn rusage_self() -> libc::rusage {
     // SAFETY: all-zero bytes are a valid `rusage` (integers and timevals).
     let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
     // SAFETY: `usage` is a valid, writable rusage; RUSAGE_SELF is a constant Linux knows.
     let rc = unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) };
     assert_eq!(rc, 0, "getrusage(RUSAGE_SELF)");
-    usage.ru_minflt as u64
+    usage
+}
+
+fn timeval_ns(tv: libc::timeval) -> u64 {
+    tv.tv_sec as u64 * 1_000_000_000 + tv.tv_usec as u64 * 1_000
+}
+
+/// Jiffies of all cores so far, from /proc/stat's aggregate `cpu` line: the total, and
+/// the part spent idle or waiting for I/O (a core in iowait could have run something).
+#[derive(Clone, Copy)]
+struct MachineTicks {
+    total: u64,
+    idle: u64,
+}
+
+/// `None` when /proc/stat is missing or its `cpu` line is not what Linux writes.
+fn machine_ticks() -> Option<MachineTicks> {
+    parse_cpu_line(&std::fs::read_to_string("/proc/stat").ok()?)
+}
+
+/// Fields: user nice system idle iowait irq softirq steal guest guest_nice. Only the
+/// first eight are summed, since the kernel already counts guest time inside user and
+/// nice; older kernels write fewer, and the sum is then of what there is.
+fn parse_cpu_line(stat: &str) -> Option<MachineTicks> {
+    let line = stat
+        .lines()
+        .find(|l| l.split_whitespace().next() == Some("cpu"))?;
+    let ticks: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .take(8)
+        .map(|f| f.parse().ok())
+        .collect::<Option<_>>()?;
+    let idle = ticks.get(3)?.checked_add(*ticks.get(4)?)?;
+    let total = ticks.iter().try_fold(0u64, |sum, &t| sum.checked_add(t))?;
+    Some(MachineTicks { total, idle })
+}
+
+/// Jiffies per second (`USER_HZ`), the unit of /proc/stat.
+pub fn clock_ticks_per_s() -> Option<f64> {
+    // SAFETY: sysconf only reads a constant of the running system.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    (hz > 0).then_some(hz as f64)
+}
+
+/// Cores online, the ones /proc/stat's `cpu` line sums (not this process's affinity).
+pub fn online_cores() -> Option<f64> {
+    // SAFETY: sysconf only reads a value of the running system.
+    let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
+    (n > 0).then_some(n as f64)
+}
+
+/// How busy the whole machine was between two readings: every core, every process and
+/// kernel thread (jbd2, kworkers, interrupts), which the process's own counters miss.
+#[derive(Clone, Copy, Debug)]
+pub struct MachineBusy {
+    /// Busy share of all cores' time, 0 to 1 (steal, the hypervisor running another
+    /// guest, counts as busy: the core was not ours to use).
+    pub fraction: f64,
+    /// Busy CPU time summed over the cores, in seconds.
+    pub cpu_s: f64,
+    /// Jiffies all cores counted meanwhile: one either way moves `fraction` by 1/ticks.
+    pub ticks: u64,
+}
+
+/// `None` when a reading is missing, the counters went backwards or no tick passed (a
+/// run shorter than a jiffy per core).
+fn busy_between(a: Option<MachineTicks>, b: Option<MachineTicks>) -> Option<MachineBusy> {
+    let (a, b) = (a?, b?);
+    let total = b.total.checked_sub(a.total).filter(|&t| t > 0)?;
+    // iowait may step back on some kernels (its per-core sum is an estimate): saturate.
+    let busy = total.saturating_sub(b.idle.saturating_sub(a.idle));
+    Some(MachineBusy {
+        fraction: busy as f64 / total as f64,
+        cpu_s: busy as f64 / clock_ticks_per_s()?,
+        ticks: total,
+    })
+}
+
+/// The whole-process and whole-machine counters at one instant; `drive` reads them at
+/// the common start and after every worker's last commit.
+pub struct Meters {
+    minor_faults: u64,
+    process_cpu_ns: u64,
+    machine: Option<MachineTicks>,
+}
+
+/// What those counters moved between two instants.
+pub struct Metered {
+    /// Minor page faults, every thread's: memory touched for the first time, which a
+    /// fresh process pays for where a long-lived one reuses its heap.
+    pub minor_faults: u64,
+    /// User + system CPU time of every thread of the process (background ones too).
+    pub process_cpu_ns: u64,
+    pub machine: Option<MachineBusy>,
+}
+
+impl Meters {
+    pub fn now() -> Self {
+        let usage = rusage_self();
+        Meters {
+            minor_faults: usage.ru_minflt as u64,
+            process_cpu_ns: timeval_ns(usage.ru_utime) + timeval_ns(usage.ru_stime),
+            machine: machine_ticks(),
+        }
+    }
+
+    pub fn since(&self) -> Metered {
+        let now = Meters::now();
+        Metered {
+            minor_faults: now.minor_faults - self.minor_faults,
+            process_cpu_ns: now.process_cpu_ns - self.process_cpu_ns,
+            machine: busy_between(self.machine, now.machine),
+        }
+    }
 }
 
 /// (RssAnon, RssFile) of this process, in bytes.

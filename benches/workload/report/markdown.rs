@@ -6,6 +6,7 @@ use crate::Run;
 use crate::backends::{self, Backend};
 use crate::config::{Config, Process};
 use crate::measurement::{Measurement, median};
+use crate::metering;
 use crate::provenance::Provenance;
 use crate::report::{fmt_bytes, fmt_ms, fmt_rate, fmt_ratio, opt};
 use crate::targets::{per_round_ratios, targets};
@@ -17,6 +18,7 @@ pub fn markdown(cfg: &Config, run: &Run, prov: &Provenance) -> String {
     let w = &mut md;
     header(w, cfg, run, prov);
     results(w, cfg, run);
+    machine_load(w, cfg, run);
     ratios(w, cfg, run);
     v2_figures(w, cfg, run);
     targets_table(w, cfg, run);
@@ -142,6 +144,51 @@ fn delta_note(w: &mut String, cfg: &Config, run: &Run) {
              per-commit fsync costs and takes no part in the targets.\n"
         );
     }
+}
+
+/// Beside the Results table (too wide for more columns): how busy the whole machine was
+/// during each run, so a reader can tell a CPU-bound run from one waiting on fdatasync.
+fn machine_load(w: &mut String, cfg: &Config, run: &Run) {
+    let _ = writeln!(w, "## CPU during the commits\n");
+    let _ = writeln!(
+        w,
+        "Machine busy: the share of all {} cores' time (/proc/stat's `cpu` line, from the \
+         common start to the last commit's end) that was neither idle nor iowait, whoever \
+         used it: this process, its background threads, kernel threads (jbd2, kworkers, \
+         interrupts), other processes, and steal; near 100% the run was bound by CPU, well \
+         below it by the disk's fdatasync. /proc/stat counts in ticks of 1/{} s per core; \
+         \"ticks\" is how many all cores counted during the run (the median over rounds), \
+         and one tick either way moves the busy share by 1/ticks, so a run of a few tens of \
+         ms has a coarse figure. Machine CPU / commit: that busy time over the commits. \
+         Process CPU / commit: user + system time of every thread of this process \
+         (`getrusage(RUSAGE_SELF)`) over the same span, per commit. CPU in commit: the \
+         committing threads' own CPU inside their commit calls (Details).\n",
+        opt(metering::online_cores(), |n| format!("{n:.0}")),
+        opt(metering::clock_ticks_per_s(), |hz| format!("{hz:.0}")),
+    );
+    let _ = writeln!(
+        w,
+        "| backend | T | commits/s | machine busy | ticks | machine CPU / commit | process CPU / commit | CPU in commit |"
+    );
+    let _ = writeln!(w, "|---|---:|---:|---:|---:|---:|---:|---:|");
+    let us = |v: f64| format!("{v:.1} µs");
+    for &t in &cfg.threads {
+        for &b in &cfg.backends {
+            let Some(m) = run.median(t, b) else { continue };
+            let _ = writeln!(
+                w,
+                "| {} | {t} | {} | {} | {} | {} | {} | {} |",
+                b.name(),
+                fmt_rate(m.commits_per_s),
+                opt(m.machine_busy, |f| format!("{:.0}%", f * 100.0)),
+                opt(m.machine_ticks, |n| format!("{n:.0}")),
+                opt(m.machine_cpu_us, us),
+                opt(m.process_cpu_us, us),
+                us(m.step_cpu_us),
+            );
+        }
+    }
+    let _ = writeln!(w);
 }
 
 fn ratios(w: &mut String, cfg: &Config, run: &Run) {
@@ -364,9 +411,9 @@ fn details(w: &mut String, cfg: &Config, run: &Run) {
          CPU in commit: CPU time (user + system, `CLOCK_THREAD_CPUTIME_ID`) the committing \
          threads spent inside their commit calls, per commit: the store's own work plus the \
          write and fdatasync system calls of the commits that led a batch; background threads \
-         (okaywal's, agentwal-periodic's flusher) are not counted. Page faults: minor faults \
-         of the whole process from the common start to the last worker's end, per commit \
-         (first touches of memory: a fresh process has more of them than one whose heap \
+         (okaywal's, agentwal-periodic's flusher) are not counted here (process CPU / commit, \
+         above, counts them). Page faults: minor faults of the whole process from the \
+         common start to the last commit's end, per commit (first touches of memory: a fresh process has more of them than one whose heap \
          earlier runs grew).\n",
         if cfg.calm_us > 0.0 {
             format!(
