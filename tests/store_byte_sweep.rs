@@ -48,6 +48,9 @@ const DIR: &str = "/agents/db";
 const HEADER: usize = SEGMENT_HEADER_BYTES;
 /// Bytes past the end of the data that the flip sweep covers (preallocated zeros).
 const FLIP_PAST_END: usize = 64;
+/// A writer ends its batches in a recycled file on a block of this size, with zeros
+/// (DESIGN.md §2.6): the earlier life's bytes start at the next multiple of it.
+const FILL_BLOCK_BYTES: usize = 4096;
 /// A segment is preallocated up to `min(4 MiB, segment_bytes)` and recovery reads all of
 /// it; 8 KiB keeps thousands of opens fast and still holds every record in one segment.
 const SEGMENT_BYTES: u64 = 8 << 10;
@@ -395,10 +398,21 @@ fn build(kind: Segment) -> Built {
         ),
         Segment::Recycled => {
             assert!(close.is_some(), "a clean close left no close record");
+            let old_life = end.div_ceil(FILL_BLOCK_BYTES) * FILL_BLOCK_BYTES;
+            assert!(
+                bytes[data_end..old_life]
+                    .iter()
+                    .enumerate()
+                    .all(|(i, &b)| b == 0 || data_end + i < end),
+                "the writer fills the rest of the last block with zeros"
+            );
             assert!(
                 matches!(header.salt, Salt::Salted(_))
-                    && bytes[end..end + FLIP_PAST_END].iter().any(|&b| b != 0),
-                "no bytes of an earlier life right past the data"
+                    && bytes.len() >= old_life + FLIP_PAST_END
+                    && bytes[old_life..old_life + FLIP_PAST_END]
+                        .iter()
+                        .any(|&b| b != 0),
+                "no bytes of an earlier life past the data's last block"
             );
         }
     }
@@ -516,7 +530,9 @@ struct FlipCounts {
     ignored: u64,
 }
 
-/// Every bit flip of `[0, records_end + FLIP_PAST_END)`; returns the counts and failures.
+/// Every bit flip of `[0, records_end + FLIP_PAST_END)` and of the `FLIP_PAST_END` bytes
+/// from the next block boundary on (an earlier life's, in a recycled segment); returns the
+/// counts and failures.
 fn flip_sweep(built: &Built) -> (FlipCounts, Vec<String>) {
     let mut counts = FlipCounts::default();
     let mut failures = Vec::new();
@@ -526,7 +542,9 @@ fn flip_sweep(built: &Built) -> (FlipCounts, Vec<String>) {
             .close
             .is_some_and(|c| (c.start..c.end).contains(&byte))
     };
-    for byte in 0..built.records_end() + FLIP_PAST_END {
+    let old_life = built.records_end().div_ceil(FILL_BLOCK_BYTES) * FILL_BLOCK_BYTES;
+    let past_block = (old_life..old_life + FLIP_PAST_END).filter(|&b| b < built.bytes.len());
+    for byte in (0..built.records_end() + FLIP_PAST_END).chain(past_block) {
         let record = built.record_at(byte);
         for bit in 0..8 {
             counts.flips += 1;

@@ -34,10 +34,6 @@ pub trait StorageFile: Send + Sync {
     fn written_end(&self, from: u64) -> u64 {
         from
     }
-    /// Asks for `len` bytes at `offset` to be read into the page cache in the background,
-    /// because a write into them will follow. Only a hint for performance (a failure is
-    /// ignored): it changes no byte of the file.
-    fn advise_will_need(&self, _offset: u64, _len: u64) {}
     /// Whether the file is empty.
     fn is_empty(&self) -> io::Result<bool> {
         Ok(self.len()? == 0)
@@ -116,9 +112,6 @@ impl StorageFile for RealFile {
     }
     fn written_end(&self, from: u64) -> u64 {
         fiemap_written_end(&self.0, from).unwrap_or(from)
-    }
-    fn advise_will_need(&self, offset: u64, len: u64) {
-        fadvise_will_need(&self.0, offset, len);
     }
     fn read_all_into(&self, buf: &mut Vec<u8>) -> io::Result<()> {
         use std::io::{Read, Seek};
@@ -255,24 +248,6 @@ fn fiemap_written_end(file: &File, from: u64) -> Option<u64> {
             // No extents (past the end of the file), or none that got us further.
             return Some(end);
         }
-    }
-}
-
-/// posix_fadvise(WILLNEED): the kernel starts reading the range and returns without waiting.
-/// An error (a range past off_t, a file system that ignores the advice) only loses the hint.
-fn fadvise_will_need(file: &File, offset: u64, len: u64) {
-    use std::os::fd::AsRawFd;
-    let (Ok(off), Ok(l)) = (libc::off_t::try_from(offset), libc::off_t::try_from(len)) else {
-        return;
-    };
-    // SAFETY: posix_fadvise only reads its integer arguments; the descriptor is owned by
-    // `file`.
-    let rc = unsafe { libc::posix_fadvise(file.as_raw_fd(), off, l, libc::POSIX_FADV_WILLNEED) };
-    if rc != 0 {
-        tracing::debug!(
-            rc,
-            "posix_fadvise(WILLNEED) failed; reading on demand instead"
-        );
     }
 }
 

@@ -84,22 +84,21 @@ impl Io {
         Ok(())
     }
 
-    /// Writes `bytes` at `write_pos`, then zeroes ahead if asked and it is time to.
-    pub(super) fn write_at_end(
-        &mut self,
-        bytes: &[u8],
-        zero_ahead: bool,
-        w: &Writer,
-    ) -> Result<()> {
+    /// Writes `bytes` at `write_pos`. For a `batch` of records (not an internal record,
+    /// which nothing follows until a later writer), with zeros to the end of its last
+    /// block where the blocks were written before (`block_fill.rs`), and then zeros ahead
+    /// if it is time to.
+    pub(super) fn write_at_end(&mut self, bytes: &[u8], batch: bool, w: &Writer) -> Result<()> {
         let end = self.write_pos + bytes.len() as u64;
         assert!(end <= self.segment_end, "write past the segment's end");
-        self.read_ahead();
         self.allocate_through(end)?;
-        self.file()?
-            .write_all_at(bytes, self.write_pos)
+        let fill = if batch { self.fill_after(end) } else { 0 };
+        // Invariant: the fill stays inside blocks the file already has.
+        assert!(end + fill <= self.allocated_end, "fill past the file's end");
+        self.write_filled(bytes, fill)
             .map_err(|e| self.err("writing", e))?;
         self.write_pos = end;
-        self.zeroed_end = self.zeroed_end.max(end);
+        self.zeroed_end = self.zeroed_end.max(end + fill);
         debug_assert!(
             self.write_pos <= self.allocated_end,
             "write_pos never passes the file's preallocated end"
@@ -107,10 +106,28 @@ impl Io {
         w.counters
             .bytes_written
             .fetch_add(bytes.len() as u64, Ordering::Relaxed);
-        if zero_ahead {
+        w.counters
+            .zero_bytes_written
+            .fetch_add(fill, Ordering::Relaxed);
+        if batch {
             self.zero_ahead(w)?;
         }
         Ok(())
+    }
+
+    /// One `write` of `bytes` at `write_pos` followed by `fill` zeros.
+    fn write_filled(&mut self, bytes: &[u8], fill: u64) -> std::io::Result<()> {
+        let file = self.file.as_deref().ok_or_else(|| {
+            std::io::Error::other("internal error: the next segment is not created")
+        })?;
+        if fill == 0 {
+            return file.write_all_at(bytes, self.write_pos);
+        }
+        let buf = &mut self.fill_buf;
+        buf.clear();
+        buf.extend_from_slice(bytes);
+        buf.resize(bytes.len() + fill as usize, 0);
+        file.write_all_at(buf, self.write_pos)
     }
 
     /// Makes sure the file is preallocated through `end` (a multiple of

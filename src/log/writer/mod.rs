@@ -22,8 +22,8 @@
 //! ahead of the data while that pays. [`batch`] is the queue appenders fill.
 
 mod batch;
+mod block_fill;
 mod io;
-mod read_ahead;
 mod rotation;
 mod zeroing;
 
@@ -100,10 +100,9 @@ struct Io {
     /// Bytes of the segment written at least once (data or zeros): no unwritten extents.
     zeroed_end: u64,
     /// Bytes of the segment written before this writer took it (by an earlier life of a
-    /// recycled file, or an earlier writer): the page cache may not hold them.
+    /// recycled file, or an earlier writer): the page cache may not hold them, so writes
+    /// there end on a block boundary (`block_fill.rs`).
     cold_end: u64,
-    /// How far ahead of the data the writer has asked for those to be read.
-    read_ahead_end: u64,
     /// Bytes of the segment known durable.
     synced_pos: u64,
     /// Whether to zero ahead, from the bytes recent fdatasyncs covered.
@@ -122,6 +121,8 @@ struct Io {
     salts: Arc<SaltSource>,
     /// For seal records.
     buf: Vec<u8>,
+    /// For a write and the zeros that fill its last block, as one `write`.
+    fill_buf: Vec<u8>,
 }
 
 /// Counters for `stats()`.
@@ -265,7 +266,6 @@ impl Writer {
                 allocated_end: start.file_bytes,
                 zeroed_end: start.zeroed_end.min(start.file_bytes).max(start.write_pos),
                 cold_end: start.zeroed_end.min(start.file_bytes),
-                read_ahead_end: start.write_pos,
                 synced_pos: start.write_pos,
                 zeroing: ZeroingPolicy::default(),
                 segment_bytes: start.segment_bytes,
@@ -276,6 +276,7 @@ impl Writer {
                 recycled: start.recycled,
                 salts: start.salts.clone(),
                 buf: Vec::new(),
+                fill_buf: Vec::new(),
             }),
             sync,
             segment_bytes: start.segment_bytes,

@@ -72,14 +72,12 @@ impl Io {
         self.write_pos = SEGMENT_HEADER_BYTES as u64;
         self.synced_pos = self.write_pos;
         self.zeroed_end = self.zeroed_end.clamp(self.write_pos, self.allocated_end);
-        // A recycled file's earlier life lies ahead: read it ahead, not a page per batch.
-        self.reset_read_ahead(if self.recycled {
+        // A recycled file's earlier life lies ahead: fill the blocks writes end in.
+        self.set_cold_end(if self.recycled {
             self.zeroed_end
         } else {
             self.write_pos
         });
-        // Asked for now, the first window is read while the rotation's fdatasync runs.
-        self.read_ahead();
         // Zeros for the first batches of the new segment, durable before they come (as
         // at open): the rotating batch pays for them, not the next ones.
         self.zero_ahead(w)?;

@@ -48,9 +48,6 @@ impl StorageFile for SimFile {
         std::thread::sleep(latency);
         Ok(())
     }
-    fn advise_will_need(&self, offset: u64, len: u64) {
-        self.sim.0.lock().advice.push((self.ino, offset, len));
-    }
     fn len(&self) -> io::Result<u64> {
         self.read("len", |data| Ok(data.len() as u64))
     }

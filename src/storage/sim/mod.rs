@@ -26,7 +26,7 @@ mod tests;
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::io;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -96,9 +96,6 @@ struct State {
     unsafe_overwrite: bool,
     images: u64,
     sync_latency: Duration,
-    /// Read-ahead advice taken, as (inode, offset, len): not an operation (it changes no
-    /// byte), so neither counted nor faulted.
-    advice: Vec<(u64, u64, u64)>,
 }
 
 /// The simulated storage. Clones share one disk.
@@ -162,17 +159,6 @@ impl SimStorage {
     /// that concurrent appenders queue up behind it as they would behind a disk.
     pub fn set_sync_latency(&self, latency: Duration) {
         self.0.lock().sync_latency = latency;
-    }
-
-    /// The read-ahead advice ([`StorageFile::advise_will_need`]) taken so far on the file
-    /// now at `path`, as (offset, len), in order.
-    pub fn advice_on(&self, path: &Path) -> Vec<(u64, u64)> {
-        let st = self.0.lock();
-        let Some(&ino) = st.fs.entries.get(path) else {
-            return Vec::new();
-        };
-        let on_it = st.advice.iter().filter(|a| a.0 == ino);
-        on_it.map(|&(_, offset, len)| (offset, len)).collect()
     }
 
     /// Starts logging every operation, numbered from here.
