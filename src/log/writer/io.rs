@@ -4,6 +4,7 @@
 use std::sync::atomic::Ordering;
 
 use super::batch::{Batch, Pending, put_header};
+use super::block_fill::FILL_BLOCK_BYTES;
 use super::{Io, Writer};
 use crate::error::{Error, Result};
 use crate::log::format::*;
@@ -115,7 +116,9 @@ impl Io {
         Ok(())
     }
 
-    /// One `write` of `bytes` at `write_pos` followed by `fill` zeros.
+    /// Writes `bytes` at `write_pos` followed by `fill` zeros, each `write` ending on a
+    /// block boundary. Only the last block is copied (with the zeros): a batch may be as
+    /// large as a snapshot, and the bytes before that block go as they are.
     fn write_filled(&mut self, bytes: &[u8], fill: u64) -> std::io::Result<()> {
         let file = self.file.as_deref().ok_or_else(|| {
             std::io::Error::other("internal error: the next segment is not created")
@@ -123,11 +126,17 @@ impl Io {
         if fill == 0 {
             return file.write_all_at(bytes, self.write_pos);
         }
+        let end = self.write_pos + bytes.len() as u64;
+        let last_block = (end / FILL_BLOCK_BYTES * FILL_BLOCK_BYTES).max(self.write_pos);
+        let (head, tail) = bytes.split_at((last_block - self.write_pos) as usize);
+        if !head.is_empty() {
+            file.write_all_at(head, self.write_pos)?;
+        }
         let buf = &mut self.fill_buf;
         buf.clear();
-        buf.extend_from_slice(bytes);
-        buf.resize(bytes.len() + fill as usize, 0);
-        file.write_all_at(buf, self.write_pos)
+        buf.extend_from_slice(tail);
+        buf.resize(tail.len() + fill as usize, 0);
+        file.write_all_at(buf, last_block)
     }
 
     /// Makes sure the file is preallocated through `end` (a multiple of

@@ -121,7 +121,7 @@ struct Io {
     salts: Arc<SaltSource>,
     /// For seal records.
     buf: Vec<u8>,
-    /// For a write and the zeros that fill its last block, as one `write`.
+    /// For the last block of a write and the zeros that fill it, as one `write`.
     fill_buf: Vec<u8>,
 }
 
