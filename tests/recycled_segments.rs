@@ -373,6 +373,7 @@ fn a_writer_fills_the_last_block_of_each_batch_in_a_recycled_file() {
     while last.pos.segment_id < 3 {
         last = log.append(1, &record).unwrap();
     }
+    assert_eq!(log.stats().fill_bytes_written, 0, "fresh segments are not filled");
     log.compact(true, &NothingLive::default()).unwrap();
     let appends_per_segment = BIG_SEGMENT_BYTES as usize / RECORD_BYTES + 1;
     for _ in 0..appends_per_segment {
@@ -405,4 +406,9 @@ fn a_writer_fills_the_last_block_of_each_batch_in_a_recycled_file() {
         assert_eq!(last.pos.segment_id, 4, "still the recycled file");
     }
     assert!(filled >= 15, "{filled} of 20 batches ended inside a block");
+    let stats = log.stats();
+    assert!(
+        stats.fill_bytes_written > 0 && stats.fill_bytes_written < 20 * BLOCK_BYTES as u64,
+        "{stats:?}"
+    );
 }

@@ -208,6 +208,9 @@ class Stats:
     def zero_bytes_written(self) -> int:
         """Bytes of zeros written ahead of the log's data."""
     @property
+    def fill_bytes_written(self) -> int:
+        """Bytes of zeros ending batches on a block boundary in a recycled segment file."""
+    @property
     def live_bytes(self) -> int:
         """Bytes of the records the index holds (checkpoints and tool calls)."""
     @property

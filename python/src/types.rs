@@ -221,6 +221,9 @@ pub struct Stats {
     pub bytes_written: u64,
     /// Bytes of zeros written ahead of the log's data (DESIGN.md §2.6).
     pub zero_bytes_written: u64,
+    /// Bytes of zeros ending batches on a block boundary in a recycled segment file
+    /// (DESIGN.md §2.6).
+    pub fill_bytes_written: u64,
     /// Bytes of the records the index holds (checkpoints and tool calls).
     pub live_bytes: u64,
     /// Bytes of records in the log that the index no longer holds (an estimate once
@@ -248,6 +251,7 @@ impl From<agentwal::Stats> for Stats {
             mean_batch_records: s.mean_batch_records,
             bytes_written: s.bytes_written,
             zero_bytes_written: s.zero_bytes_written,
+            fill_bytes_written: s.fill_bytes_written,
             live_bytes: s.live_bytes,
             dead_bytes: s.dead_bytes,
             segments: s.segments,
@@ -353,6 +357,7 @@ repr!(Stats {
     mean_batch_records,
     bytes_written,
     zero_bytes_written,
+    fill_bytes_written,
     live_bytes,
     dead_bytes,
     segments,

@@ -193,6 +193,9 @@ pub struct LogStats {
     pub bytes_written: u64,
     /// Bytes of zeros written ahead of the data into preallocated space (DESIGN.md §2.6).
     pub zero_bytes_written: u64,
+    /// Bytes of zeros written after batches to the end of their last block, where the
+    /// blocks were written before (a recycled file's earlier life; DESIGN.md §2.6).
+    pub fill_bytes_written: u64,
     /// Segments created by rotation.
     pub rotations: u64,
     /// Of those, segments made from a retired file rather than a new one (§2.6).
@@ -356,6 +359,7 @@ impl Log {
             fsyncs: c.fsyncs.load(Ordering::Relaxed),
             bytes_written: c.bytes_written.load(Ordering::Relaxed),
             zero_bytes_written: c.zero_bytes_written.load(Ordering::Relaxed),
+            fill_bytes_written: c.fill_bytes_written.load(Ordering::Relaxed),
             rotations: c.rotations.load(Ordering::Relaxed),
             segments_recycled: c.recycled.load(Ordering::Relaxed),
         }

@@ -20,6 +20,7 @@ pub(crate) struct BackendStats {
     pub fsyncs: u64,
     pub bytes_written: u64,
     pub zero_bytes_written: u64,
+    pub fill_bytes_written: u64,
     /// Files (segments) holding records; retired files waiting for reuse; the bytes of
     /// both on disk.
     pub files: u64,
@@ -117,6 +118,7 @@ impl Backend for Log {
             fsyncs: s.fsyncs,
             bytes_written: s.bytes_written,
             zero_bytes_written: s.zero_bytes_written,
+            fill_bytes_written: s.fill_bytes_written,
             files: sizes.len() as u64,
             free_files: free.len() as u64,
             disk_bytes: sizes.iter().chain(&free).map(|(_, b)| b).sum(),

@@ -26,6 +26,7 @@ impl<S: State> Store<S> {
             },
             bytes_written: log.bytes_written,
             zero_bytes_written: log.zero_bytes_written,
+            fill_bytes_written: log.fill_bytes_written,
             live_bytes,
             dead_bytes: log_bytes.saturating_sub(live_bytes),
             segments,

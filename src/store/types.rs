@@ -234,6 +234,11 @@ pub struct Stats {
     /// already-written blocks (DESIGN.md §2.6). Also sent to the disk, on top of
     /// `bytes_written`.
     pub zero_bytes_written: u64,
+    /// Bytes of zeros that end batches on a block boundary where the blocks were written
+    /// before (a recycled segment file's earlier life), so that a write needs no read of
+    /// an uncached block (DESIGN.md §2.6). Handed to `write` on top of `bytes_written`;
+    /// the disk writes those blocks either way.
+    pub fill_bytes_written: u64,
     /// Bytes of the records the index holds (checkpoints and tool calls). Checkpoints that
     /// retention no longer serves count here until a compaction pass forgets them (as in
     /// [`checkpoints`](Self::checkpoints)).

@@ -108,7 +108,7 @@ impl Io {
             .bytes_written
             .fetch_add(bytes.len() as u64, Ordering::Relaxed);
         w.counters
-            .zero_bytes_written
+            .fill_bytes_written
             .fetch_add(fill, Ordering::Relaxed);
         if batch {
             self.zero_ahead(w)?;

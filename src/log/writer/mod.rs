@@ -133,6 +133,7 @@ pub(crate) struct Counters {
     pub fsyncs: AtomicU64,
     pub bytes_written: AtomicU64,
     pub zero_bytes_written: AtomicU64,
+    pub fill_bytes_written: AtomicU64,
     pub rotations: AtomicU64,
     pub recycled: AtomicU64,
 }
