@@ -373,7 +373,11 @@ fn a_writer_fills_the_last_block_of_each_batch_in_a_recycled_file() {
     while last.pos.segment_id < 3 {
         last = log.append(1, &record).unwrap();
     }
-    assert_eq!(log.stats().fill_bytes_written, 0, "fresh segments are not filled");
+    assert_eq!(
+        log.stats().fill_bytes_written,
+        0,
+        "fresh segments are not filled"
+    );
     log.compact(true, &NothingLive::default()).unwrap();
     let appends_per_segment = BIG_SEGMENT_BYTES as usize / RECORD_BYTES + 1;
     for _ in 0..appends_per_segment {
