@@ -40,9 +40,10 @@ echo "== building $rev and this checkout"
 (cd "$tree" && CARGO_TARGET_DIR="$ab/target-a" cargo bench --bench workload --no-run --quiet)
 cargo bench --bench workload --no-run --quiet
 
-# run SIDE PAIR: one run of side a (REV) or b (this checkout).
+# run SIDE PAIR: one run of side a (REV) or b (this checkout), each from the target
+# directory it was built into above, so that no run rebuilds.
 run() {
-    local side=$1 i=$2 dir=$root target=$root/target backends=$b_backends
+    local side=$1 i=$2 dir=$root target=${CARGO_TARGET_DIR:-$root/target} backends=$b_backends
     if [ "$side" = a ]; then dir=$tree target=$ab/target-a backends=$a_backends; fi
     (cd "$dir" && AGENTWAL_BENCH_BACKENDS=$backends AGENTWAL_BENCH_OUT="$out/$side-$i" \
         CARGO_TARGET_DIR=$target cargo bench --bench workload >"$out/$side-$i.log" 2>&1)

@@ -20,7 +20,8 @@
 //!   snapshots compressed with zstd level 1); beside it, outside the targets,
 //!   `agentwal-uncompressed` (`Compression::None`) and `agentwal-periodic`
 //!   (`SyncMode::Periodic`, not durable per commit). `agentwal-zstd-deltas` (deltas
-//!   compressed too) runs only when `AGENTWAL_BENCH_BACKENDS` names it. `agentwal-recycled` (by name only): `agentwal`
+//!   compressed too) runs only when `AGENTWAL_BENCH_BACKENDS` names it.
+//!   `agentwal-recycled` (by name only): `agentwal`
 //!   on a store prepared before the run (not counted) so that its active segment is a
 //!   recycled file, as in a long-lived store (`backends/agentwal_recycled.rs`);
 //!   `agentwal-recycled-cold` (by name only): the same with that file dropped from the
