@@ -16,7 +16,7 @@
 //! reopened (recovery time) and its files are measured.
 //!
 //! # Backends
-//! - `agentwal`: `Store::commit` with default `Options` (`SyncMode::Always`; bodies
+//! - `agentwal`: `Store::commit` with default `Options` (`SyncMode::Always`; only
 //!   snapshots compressed with zstd level 1); beside it, outside the targets,
 //!   `agentwal-uncompressed` (`Compression::None`) and `agentwal-periodic`
 //!   (`SyncMode::Periodic`, not durable per commit). `agentwal-zstd-deltas` (deltas
