@@ -567,7 +567,7 @@ fn a_postgres_url_without_the_feature_says_to_build_with_it() {
 fn dump_and_verify_show_compressed_bodies() {
     let dir = tempfile::tempdir().unwrap();
     {
-        // Deltas too (the default compresses snapshots only).
+        // Compressed at commit, deltas too (the default leaves bodies to compaction).
         let options = agentwal::Options {
             compression: agentwal::Compression::Zstd {
                 level: agentwal::ZSTD_LEVEL_DEFAULT,

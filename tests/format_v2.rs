@@ -19,8 +19,9 @@ use std::sync::Mutex;
 use agentwal::log::record::{self, RecordHeader, Salt};
 use agentwal::log::{
     Appended, CompactionHooks, FLAG_BATCH_END, FLAG_BATCH_START, FLAG_DURABLE_BEFORE,
-    FORMAT_VERSION, FORMAT_VERSION_V1, KIND_CLOSE, KIND_SEAL, Log, LogOptions, RECORD_HEADER_BYTES,
-    RECYCLE_FILES_MAX, RecordPos, SEGMENT_HEADER_BYTES, SegmentHeader, segment_path,
+    FORMAT_VERSION, FORMAT_VERSION_V1, KIND_CLOSE, KIND_SEAL, Log, LogOptions, Moved,
+    RECORD_HEADER_BYTES, RECYCLE_FILES_MAX, RecordPos, SEGMENT_HEADER_BYTES, SegmentHeader,
+    segment_path,
 };
 use agentwal::{CorruptionReason, Error, RecoveryMode, SyncMode};
 use common::hooks::NothingLive;
@@ -130,10 +131,15 @@ fn resalted(image: &[u8], salt: Salt) -> Vec<u8> {
     out
 }
 
-/// Compaction hooks that keep the records at the given positions live (and follow them).
+/// Compaction hooks that keep the records at the given positions live (and follow them),
+/// and with `rewrite` set, give a payload of kind 2 a new one: its first quarter.
+#[derive(Default)]
 struct KeepLive {
     lock: parking_lot::RwLock<()>,
     at: Mutex<Vec<RecordPos>>,
+    rewrite: bool,
+    /// The size of every record at its new place, as the last pass reported it.
+    sizes: Mutex<HashMap<RecordPos, u32>>,
 }
 
 impl CompactionHooks for KeepLive {
@@ -147,18 +153,27 @@ impl CompactionHooks for KeepLive {
     fn orphan(
         &self,
         vanishes: &dyn Fn(RecordPos) -> bool,
-        moved: &HashMap<RecordPos, RecordPos>,
+        moved: &HashMap<RecordPos, Moved>,
     ) -> Option<RecordPos> {
         let at = self.at.lock().expect("lock");
         at.iter()
             .copied()
             .find(|p| vanishes(*p) && !moved.contains_key(p))
     }
-    fn remap(&self, moved: &HashMap<RecordPos, RecordPos>) {
+    fn remap(&self, moved: &HashMap<RecordPos, Moved>) {
         for p in self.at.lock().expect("lock").iter_mut() {
             if let Some(new) = moved.get(p) {
-                *p = *new;
+                *p = new.pos;
             }
+        }
+        *self.sizes.lock().expect("lock") = moved.values().map(|m| (m.pos, m.bytes)).collect();
+    }
+    fn rewrite(&self, kind: u8, payload: &[u8]) -> Option<Vec<u8>> {
+        match kind {
+            2 if self.rewrite => Some(payload[..payload.len() / 4].to_vec()),
+            // Longer than the record: the pass must ignore it.
+            3 if self.rewrite => Some([payload, payload].concat()),
+            _ => None,
         }
     }
 }
@@ -781,10 +796,7 @@ fn every_segment_file_has_a_distinct_salt_and_a_recycled_file_a_higher_one() {
     let mut history = SaltHistory::default();
     let mut log = Log::open(dir.path(), options(RecoveryMode::TolerateTornTail)).expect("open");
     // Every fifth record stays live, so compaction writes compacted segments too.
-    let hooks = KeepLive {
-        lock: Default::default(),
-        at: Mutex::new(Vec::new()),
-    };
+    let hooks = KeepLive::default();
     let mut recycled = 0;
     let mut compacted = 0;
     let mut appended = BTreeMap::new();
@@ -1152,4 +1164,55 @@ fn a_torn_batch_after_a_clean_reopen_never_lets_a_later_stale_batch_back() {
     let mut want = acked.clone();
     want.push((n.lsn, payload("new!", 1, 200)));
     assert_eq!(got, want, "the stale batch is never replayed");
+}
+
+/// A compaction pass writes the payload `CompactionHooks::rewrite` gives a record when it
+/// is shorter (and ignores a longer one), checksums it as any record, reports the new
+/// size, and recovery then delivers the new payload under the record's own LSN.
+#[test]
+fn compaction_writes_a_rewritten_payload_that_recovery_delivers() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let log = Log::open(dir.path(), options(RecoveryMode::Strict)).expect("open");
+    let hooks = KeepLive {
+        rewrite: true,
+        ..KeepLive::default()
+    };
+    let mut expected = BTreeMap::new();
+    for i in 0..40u64 {
+        let kind = 1 + (i % 3) as u8;
+        let p = payload("w", i, 400);
+        let a = log.append(kind, &p).expect("append");
+        hooks.at.lock().expect("lock").push(a.pos);
+        let kept = if kind == 2 { p[..100].to_vec() } else { p };
+        expected.insert(a.lsn, (kind, kept));
+    }
+    // Seal the last of them, so that the pass copies every one.
+    let last = hooks
+        .at
+        .lock()
+        .expect("lock")
+        .last()
+        .copied()
+        .expect("appended");
+    while log.active_segment_id().expect("active") == last.segment_id {
+        log.append(1, b"tail").expect("append");
+    }
+    log.compact(true, &hooks)
+        .expect("compact")
+        .expect("a pass ran");
+    let sizes = hooks.sizes.lock().expect("lock").clone();
+    assert_eq!(sizes.len(), 40);
+    for pos in hooks.at.lock().expect("lock").iter() {
+        let bytes = sizes[pos] as usize - RECORD_HEADER_BYTES;
+        assert!(bytes == 100 || bytes == 400, "{bytes}");
+    }
+    drop(log);
+    let mut got = BTreeMap::new();
+    Log::open_with(dir.path(), options(RecoveryMode::Strict), |r| {
+        got.insert(r.lsn, (r.kind, r.payload.to_vec()));
+        Ok(())
+    })
+    .expect("reopen");
+    got.retain(|_, (_, p)| p != b"tail");
+    assert_eq!(got, expected);
 }

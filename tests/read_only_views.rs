@@ -539,15 +539,15 @@ impl agentwal::log::CompactionHooks for KeepOnly {
     fn orphan(
         &self,
         vanishes: &dyn Fn(agentwal::log::RecordPos) -> bool,
-        moved: &HashMap<agentwal::log::RecordPos, agentwal::log::RecordPos>,
+        moved: &HashMap<agentwal::log::RecordPos, agentwal::log::Moved>,
     ) -> Option<agentwal::log::RecordPos> {
         let at = *self.at.lock();
         (vanishes(at) && !moved.contains_key(&at)).then_some(at)
     }
-    fn remap(&self, moved: &HashMap<agentwal::log::RecordPos, agentwal::log::RecordPos>) {
+    fn remap(&self, moved: &HashMap<agentwal::log::RecordPos, agentwal::log::Moved>) {
         let mut at = self.at.lock();
         if let Some(new) = moved.get(&*at) {
-            *at = *new;
+            *at = new.pos;
         }
     }
 }

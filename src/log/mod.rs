@@ -40,7 +40,7 @@ use std::time::Duration;
 
 use parking_lot::RwLock;
 
-pub use compact::{COMPACTION_DEAD_BYTES_MIN, CompactionHooks, LogCompaction};
+pub use compact::{COMPACTION_DEAD_BYTES_MIN, CompactionHooks, LogCompaction, Moved};
 pub use format::{
     FLAG_BATCH_END, FLAG_BATCH_START, FLAG_DURABLE_BEFORE, FORMAT_VERSION, FORMAT_VERSION_V1,
     KIND_CLOSE, KIND_SEAL, KIND_UNWRITTEN, KIND_USER_MAX, LOCK_FILE_NAME, PREALLOCATE_BYTES,

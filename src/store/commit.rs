@@ -43,7 +43,7 @@ impl<S: State> Store<S> {
         let Some(plan) = plan else {
             unreachable!("a commit that may read never defers")
         };
-        let body = plan.body(self.inner.options.compression, delta_bytes);
+        let body = plan.body(self.inner.options.compression.at_commit(), delta_bytes);
         let rec = plan.record(task, &body);
         self.append_live(codec::KIND_CHECKPOINT, codec::Decoded::Checkpoint(rec))?;
         Ok(self.committed(task, slot, plan.seq, plan.next))
@@ -176,7 +176,7 @@ impl<S: State> Store<S> {
 
     /// An encoded snapshot as the store's compression setting stores it.
     pub(super) fn stored_snapshot(&self, raw: Vec<u8>) -> StoredBody<'static> {
-        compress::compress_owned(self.inner.options.compression, true, raw)
+        compress::compress_owned(self.inner.options.compression.at_commit(), true, raw)
     }
 
     /// Encodes `state` as a snapshot, unless it cannot fit in a record (uncompressed: the

@@ -19,10 +19,10 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use super::index::{CallEntry, Index};
-use super::{CompactionReport, Inner, Store, now_ms};
+use super::{CompactionReport, Inner, Store, codec, compress, now_ms};
 use crate::background::Periodic;
 use crate::error::Result;
-use crate::log::{CompactionHooks, RecordPos};
+use crate::log::{CompactionHooks, Moved, RecordPos};
 use crate::state::State;
 
 /// How often the background thread looks at the log.
@@ -51,13 +51,31 @@ impl CompactionHooks for Inner {
     fn orphan(
         &self,
         vanishes: &dyn Fn(RecordPos) -> bool,
-        moved: &HashMap<RecordPos, RecordPos>,
+        moved: &HashMap<RecordPos, Moved>,
     ) -> Option<RecordPos> {
         unmoved_entry(&self.index, moved, vanishes)
     }
 
-    fn remap(&self, moved: &HashMap<RecordPos, RecordPos>) {
+    fn remap(&self, moved: &HashMap<RecordPos, Moved>) {
         remap(&self.index, moved);
+    }
+
+    /// Checkpoint bodies that the store's compression setting compresses at compaction
+    /// and that are stored raw come out compressed (DESIGN.md §2.8).
+    fn rewrite(&self, kind: u8, payload: &[u8]) -> Option<Vec<u8>> {
+        let compression = self.options.compression.at_compaction();
+        (kind == codec::KIND_CHECKPOINT)
+            .then(|| compress::compress_payload(compression, payload))
+            .flatten()
+    }
+
+    /// Only a store that leaves compression to compaction has raw bodies to rewrite
+    /// where nothing is dead; under `Zstd` the commits compressed what would shrink.
+    fn rewrites(&self) -> bool {
+        matches!(
+            self.options.compression,
+            crate::Compression::ZstdAtCompaction { .. }
+        )
     }
 }
 
@@ -124,7 +142,7 @@ pub(crate) fn run_pass(inner: &Inner, force: bool) -> Result<CompactionReport> {
 /// segments it replaces in the same hold of the positions lock, forgets exactly them.
 fn unmoved_entry(
     index: &Index,
-    map: &HashMap<RecordPos, RecordPos>,
+    map: &HashMap<RecordPos, Moved>,
     vanishes: &dyn Fn(RecordPos) -> bool,
 ) -> Option<RecordPos> {
     let gone = |pos: RecordPos| vanishes(pos) && !map.contains_key(&pos);
@@ -155,17 +173,15 @@ fn unmoved_record(call: &CallEntry, gone: &dyn Fn(RecordPos) -> bool) -> Option<
 /// Points index entries at the records' new positions (`unmoved_entry` found none missing),
 /// and forgets the pruned calls whose records the installed segment dropped (`leaving`):
 /// from now on their ids are free, as they are for a store reopened on the new log.
-fn remap(index: &Index, map: &HashMap<RecordPos, RecordPos>) {
+fn remap(index: &Index, map: &HashMap<RecordPos, Moved>) {
     let relocate = |pos: &mut RecordPos| {
         if let Some(new) = map.get(pos) {
-            *pos = *new;
+            *pos = new.pos;
         }
     };
     index.for_each_mut(|_, data| {
-        data.checkpoints.relocate(|mut pos| {
-            relocate(&mut pos);
-            pos
-        });
+        // A checkpoint's size may change: compaction may have compressed its body.
+        (data.checkpoints).relocate(|pos| map.get(&pos).map(|new| (new.pos, new.bytes)));
         for call in data.calls.all_mut() {
             relocate(&mut call.begin);
             if let Some(f) = call.finish.as_mut() {

@@ -9,7 +9,7 @@
 
 use std::borrow::Cow;
 
-use super::codec::{Body, CheckpointRec};
+use super::codec::{self, Body, CheckpointRec, Decoded};
 use super::types::{COMPRESSED_BODY_BYTES_MAX, COMPRESSION_BODY_BYTES_MIN, Compression};
 use crate::error::{Error, Result};
 
@@ -37,7 +37,8 @@ impl StoredBody<'_> {
     }
 }
 
-/// `raw` (an encoded snapshot or delta) as `compression` stores it.
+/// `raw` (an encoded snapshot or delta) as `compression` stores it when written (by a
+/// commit or a fork: [`Compression::at_commit`]; by compaction: [`Compression::at_compaction`]).
 pub(crate) fn compress(compression: Compression, snapshot: bool, raw: &[u8]) -> StoredBody<'_> {
     let level = match compression {
         Compression::Zstd { level, deltas } if snapshot || deltas => level,
@@ -76,11 +77,37 @@ pub(crate) fn compress_owned(
     }
 }
 
+/// A checkpoint record's payload with its body compressed as `compression` says, or
+/// `None` when it stays as it is: a body stored compressed already, one `compression`
+/// leaves raw or cannot shrink, a payload that does not decode (copied as it is, so that
+/// a later read reports it where it lies).
+pub(crate) fn compress_payload(compression: Compression, payload: &[u8]) -> Option<Vec<u8>> {
+    let Ok(Decoded::Checkpoint(rec)) = codec::decode_payload(codec::KIND_CHECKPOINT, payload)
+    else {
+        return None;
+    };
+    if rec.body_kind.zstd_raw_len().is_some() {
+        return None;
+    }
+    let stored = compress(compression, rec.body_kind.is_snapshot(), rec.body);
+    let Cow::Owned(frame) = &stored.bytes else {
+        return None;
+    };
+    let compressed = CheckpointRec {
+        body_kind: stored.kind,
+        body: frame,
+        ..rec
+    };
+    codec::encode_checkpoint(&compressed).ok()
+}
+
 /// Checks that `compression` can be used by this build.
 pub(crate) fn validate(compression: Compression) -> Result<()> {
     match compression {
         Compression::None => Ok(()),
-        Compression::Zstd { level, .. } => validate_zstd_level(level),
+        Compression::Zstd { level, .. } | Compression::ZstdAtCompaction { level, .. } => {
+            validate_zstd_level(level)
+        }
     }
 }
 

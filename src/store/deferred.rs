@@ -96,7 +96,7 @@ impl<S: State> Store<S> {
                 self.plan_commit(task, slot, expected, delta, delta_bytes, Reads::Refused)?;
             let Some(plan) = plan else { return Ok(None) };
             let payload = {
-                let body = plan.body(self.inner.options.compression, delta_bytes);
+                let body = plan.body(self.inner.options.compression.at_commit(), delta_bytes);
                 self.encode_checkpoint(&plan.record(task, &body))?
             };
             Ok(Some((plan, payload)))

@@ -39,47 +39,83 @@ pub const COMPRESSED_BODY_BYTES_MAX: usize = 64 << 20;
 /// (bench-results/compression.md).
 pub const ZSTD_LEVEL_DEFAULT: i32 = 1;
 
-/// How a store writes checkpoint bodies (DESIGN.md §2.8): [`Options::compression`].
+/// How a store stores checkpoint bodies (DESIGN.md §2.8): [`Options::compression`].
 ///
 /// Compression changes only the bytes on disk. Which commits succeed, where snapshots fall
 /// (the snapshot policy and the record size limit count uncompressed bytes) and what loads
 /// return are the same under every setting, and a store reads bodies of every codec
 /// whatever it writes (a compressed one needs the `zstd` cargo feature).
+///
+/// Where the CPU goes is the choice: [`ZstdAtCompaction`](Self::ZstdAtCompaction) (the
+/// default) keeps it off the commit path, and the records a commit writes stay raw until
+/// a compaction pass copies them; [`Zstd`](Self::Zstd) compresses as it commits, which
+/// makes the files smaller at once but costs commits/s and tail latency where commits are
+/// CPU-bound (with 64 committing threads on 2 cores, snapshots alone took the p99 to 1.7×
+/// that of raw bodies, deltas too a quarter to a third of the commits/s: DESIGN.md §9.1).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Compression {
-    /// Every body as encoded.
+    /// Every body as encoded, compaction included.
     None,
-    /// One zstd frame per body, at `level` (zstd's levels, 1 to 22; negative levels are
-    /// faster and weaker): every snapshot body, and with `deltas` every delta body, of at
-    /// least [`COMPRESSION_BODY_BYTES_MIN`] and at most [`COMPRESSED_BODY_BYTES_MAX`]
-    /// bytes. A body whose frame would not be at least 1/8 smaller is stored as encoded.
+    /// Bodies compressed as they are committed (and forked): one zstd frame per body, at
+    /// `level` (zstd's levels, 1 to 22; negative levels are faster and weaker): every
+    /// snapshot body, and with `deltas` every delta body, of at least
+    /// [`COMPRESSION_BODY_BYTES_MIN`] and at most [`COMPRESSED_BODY_BYTES_MAX`] bytes. A
+    /// body whose frame would not be at least 1/8 smaller is stored as encoded. Compaction
+    /// compresses as well the raw bodies it copies that this setting would compress.
     /// Needs the `zstd` cargo feature (default): without it, opening a store with this
     /// setting is an [`InvalidArgument`](crate::Error::InvalidArgument) error.
     Zstd {
         /// The zstd compression level ([`ZSTD_LEVEL_DEFAULT`] by default).
         level: i32,
+        /// Whether delta bodies are compressed too, not only snapshots. Deltas are most
+        /// of the bytes and cost about 5 µs of CPU per 2 KB delta to compress.
+        deltas: bool,
+    },
+    /// Commits write bodies as encoded; each compaction pass stores the bodies it copies
+    /// as [`Zstd`](Self::Zstd) with the same fields would. Until a pass has run (a store
+    /// without retention or deletions compacts only when [`Store::compact`] is called) the
+    /// files hold raw bodies. Needs the `zstd` cargo feature, as `Zstd` does.
+    ///
+    /// [`Store::compact`]: crate::Store::compact
+    ZstdAtCompaction {
+        /// The zstd compression level ([`ZSTD_LEVEL_DEFAULT`] by default).
+        level: i32,
         /// Whether delta bodies are compressed too, not only snapshots (the default is
-        /// `false`). Deltas are most of the bytes and cost about 5 µs of CPU per 2 KB
-        /// delta to compress.
+        /// `true`: compaction has the CPU to spare that commits lack).
         deltas: bool,
     },
 }
 
 impl Default for Compression {
-    /// `Zstd { level: ZSTD_LEVEL_DEFAULT, deltas: false }` (snapshots only) with the
-    /// `zstd` feature (the default), `None` without it. Compressing deltas as well takes
-    /// the log's records from about 1.2× the encoded deltas to 0.6×, but costs commits/s
-    /// where commits are CPU-bound (a third of them at 64 tasks on 2 cores, DESIGN.md
-    /// §2.8).
+    /// `ZstdAtCompaction { level: ZSTD_LEVEL_DEFAULT, deltas: true }` with the `zstd`
+    /// feature (the default), `None` without it.
     fn default() -> Self {
         if cfg!(feature = "zstd") {
-            Compression::Zstd {
+            Compression::ZstdAtCompaction {
                 level: ZSTD_LEVEL_DEFAULT,
-                deltas: false,
+                deltas: true,
             }
         } else {
             Compression::None
+        }
+    }
+}
+
+impl Compression {
+    /// What a commit or a fork writes under this setting.
+    pub(crate) fn at_commit(self) -> Compression {
+        match self {
+            Compression::ZstdAtCompaction { .. } => Compression::None,
+            other => other,
+        }
+    }
+
+    /// What a compaction pass writes of the raw bodies it copies under this setting.
+    pub(crate) fn at_compaction(self) -> Compression {
+        match self {
+            Compression::ZstdAtCompaction { level, deltas } => Compression::Zstd { level, deltas },
+            other => other,
         }
     }
 }
@@ -112,9 +148,9 @@ pub struct Options {
     /// Run compaction on a background thread when segments rotate (default true);
     /// `Store::compact` works either way.
     pub auto_compact: bool,
-    /// How new checkpoint bodies are stored (default: zstd level 1 for snapshots and
-    /// deltas of at least [`COMPRESSION_BODY_BYTES_MIN`] bytes, with the `zstd` feature;
-    /// see [`Compression`]). Records already written keep their codec.
+    /// How checkpoint bodies are stored (default: as encoded at commit, compressed with
+    /// zstd level 1 by compaction, with the `zstd` feature; see [`Compression`]). Records
+    /// already written keep their codec until a compaction pass copies them.
     pub compression: Compression,
 }
 

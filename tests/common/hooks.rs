@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 
-use agentwal::log::{CompactionHooks, RecordPos};
+use agentwal::log::{CompactionHooks, Moved, RecordPos};
 use parking_lot::RwLock;
 
 /// Compaction hooks of a log whose records are all dead: a (forced) pass retires every
@@ -20,9 +20,9 @@ impl CompactionHooks for NothingLive {
     fn orphan(
         &self,
         _vanishes: &dyn Fn(RecordPos) -> bool,
-        _moved: &HashMap<RecordPos, RecordPos>,
+        _moved: &HashMap<RecordPos, Moved>,
     ) -> Option<RecordPos> {
         None
     }
-    fn remap(&self, _moved: &HashMap<RecordPos, RecordPos>) {}
+    fn remap(&self, _moved: &HashMap<RecordPos, Moved>) {}
 }

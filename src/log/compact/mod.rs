@@ -12,6 +12,7 @@ use std::path::PathBuf;
 use parking_lot::RwLock;
 
 use super::format::{SEAL_RECORD_BYTES, SEGMENT_HEADER_BYTES};
+use super::segment::{read_header, segment_path};
 use super::{Log, RecordPos};
 use crate::error::{Error, Result};
 
@@ -37,10 +38,35 @@ pub trait CompactionHooks {
     fn orphan(
         &self,
         vanishes: &dyn Fn(RecordPos) -> bool,
-        moved: &HashMap<RecordPos, RecordPos>,
+        moved: &HashMap<RecordPos, Moved>,
     ) -> Option<RecordPos>;
     /// Points every indexed position that `moved` covers at its new place.
-    fn remap(&self, moved: &HashMap<RecordPos, RecordPos>);
+    fn remap(&self, moved: &HashMap<RecordPos, Moved>);
+    /// A new payload for a live record of `kind` that the pass copies, or `None` (the
+    /// default) to copy it as it is. It must mean to this layer what `payload` means (the
+    /// store compresses checkpoint bodies here); a payload that is not smaller is ignored,
+    /// so a pass never grows a record. Called without the positions lock held.
+    fn rewrite(&self, kind: u8, payload: &[u8]) -> Option<Vec<u8>> {
+        let _ = (kind, payload);
+        None
+    }
+    /// Whether [`rewrite`](Self::rewrite) may give new payloads (default `false`). Then a
+    /// pass that is not forced also runs to rewrite segments no pass has written yet, with
+    /// nothing dead in them ([`Log::compact`]).
+    fn rewrites(&self) -> bool {
+        false
+    }
+}
+
+/// Where a pass put a live record it copied: its position in the compacted segment and
+/// its size there, header included (smaller than before if
+/// [`CompactionHooks::rewrite`] gave it a new payload).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Moved {
+    /// The record's new position.
+    pub pos: RecordPos,
+    /// Bytes of the record at its new position (header + payload).
+    pub bytes: u32,
 }
 
 /// What a compaction pass did.
@@ -62,8 +88,9 @@ struct LiveSet {
 
 impl Log {
     /// Runs one compaction pass. `force`: rewrite every sealed segment; otherwise only
-    /// when dead bytes outweigh live ones, or a prefix of segments holds nothing live.
-    /// `None` when no pass was worth running.
+    /// when dead bytes outweigh live ones, or a prefix of segments holds nothing live, or
+    /// (for hooks that rewrite payloads) when the sealed segments no pass has written
+    /// outweigh the compacted one before them. `None` when no pass was worth running.
     pub fn compact(
         &self,
         force: bool,
@@ -81,8 +108,13 @@ impl Log {
         let live = LiveSet { positions, bytes };
         let mut sealed = self.segment_sizes()?;
         sealed.retain(|(id, _)| *id < active);
-        let Some(through) = choose_prefix(&sealed, &live, force) else {
-            return Ok(None);
+        let through = match choose_prefix(&sealed, &live, force) {
+            Some(through) => through,
+            None if hooks.rewrites() => match self.rewrite_prefix(&sealed)? {
+                Some(through) => through,
+                None => return Ok(None),
+            },
+            None => return Ok(None),
         };
         // The live set reflects every record appended so far; make them durable before
         // records they made dead disappear. Otherwise (`SyncMode::Periodic`/`Never`) a
@@ -94,10 +126,10 @@ impl Log {
             .copied()
             .filter(|p| p.segment_id <= through)
             .collect();
-        let prepared = self.prepare_compaction(through, &in_prefix)?;
+        let prepared = self.prepare_compaction(through, &in_prefix, hooks)?;
         {
             let _relocating = lock.write();
-            let moved: HashMap<RecordPos, RecordPos> = prepared.moved.iter().copied().collect();
+            let moved: HashMap<RecordPos, Moved> = prepared.moved.iter().copied().collect();
             if let Some(missing) = hooks.orphan(&|p| p.segment_id <= through, &moved) {
                 // Never install a segment that would orphan an indexed record.
                 self.abandon_compaction(&prepared);
@@ -161,6 +193,30 @@ impl Log {
             records_rewritten: 0,
             bytes_reclaimed,
         })
+    }
+}
+
+impl Log {
+    /// The last sealed segment, if the sealed segments that no pass wrote hold at least a
+    /// segment's worth of bytes and as many as the compacted segment before them (a
+    /// compacted segment, superseding every lower id, is always the first). Each pass then
+    /// at least doubles what it rewrites against what it copies again, so that a byte is
+    /// copied a bounded number of times however long the log grows (the compacted bytes
+    /// rewritten are at most the new ones).
+    fn rewrite_prefix(&self, sealed: &[(u64, u64)]) -> Result<Option<u64>> {
+        let (Some(&(first, first_bytes)), Some(&(last, _))) = (sealed.first(), sealed.last())
+        else {
+            return Ok(None);
+        };
+        let header = read_header(self.storage(), &segment_path(self.dir(), first))?;
+        let compacted_bytes = if header.is_ok_and(|h| h.is_compacted()) {
+            first_bytes
+        } else {
+            0
+        };
+        let fresh_bytes = sealed.iter().map(|(_, b)| b).sum::<u64>() - compacted_bytes;
+        let enough = compacted_bytes.max(self.inner.options.segment_bytes);
+        Ok((fresh_bytes >= enough).then_some(last))
     }
 }
 

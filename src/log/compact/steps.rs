@@ -25,14 +25,16 @@ use crate::log::recycle;
 use crate::log::segment::{SegmentHeader, list_segments, read_header, segment_path, sync_dir};
 use crate::log::{Log, RecordPos};
 
+use super::{CompactionHooks, Moved};
+
 /// A compacted segment written and fsynced, not yet installed.
 #[derive(Debug)]
 pub(super) struct PreparedCompaction {
     /// The segment it replaces; all lower ids are superseded once installed.
     pub(super) through_id: u64,
     tmp: PathBuf,
-    /// Old position → new position of every live record copied.
-    pub(super) moved: Vec<(RecordPos, RecordPos)>,
+    /// Old position → new place of every live record copied.
+    pub(super) moved: Vec<(RecordPos, Moved)>,
     /// Bytes of the compacted segment.
     pub(super) bytes: u64,
     /// Set once the rename put it in place (even if making that durable then failed).
@@ -42,8 +44,8 @@ pub(super) struct PreparedCompaction {
 /// The live records of a prefix, encoded as a compacted segment's body (no seal yet).
 struct CompactedBody {
     body: Vec<u8>,
-    /// Old position → new position of every record copied, in log order.
-    moved: Vec<(RecordPos, RecordPos)>,
+    /// Old position → new place of every record copied, in log order.
+    moved: Vec<(RecordPos, Moved)>,
     /// LSN of the first record copied.
     first_lsn: Option<u64>,
 }
@@ -106,11 +108,13 @@ impl Log {
     }
 
     /// Step 1: copies the records at `live` (positions in segments `<= through_id`, in log
-    /// order) into a fsynced temporary compacted segment.
+    /// order) into a fsynced temporary compacted segment, each with the payload `hooks`
+    /// rewrites it to, if any.
     pub(super) fn prepare_compaction(
         &self,
         through_id: u64,
         live: &[RecordPos],
+        hooks: &dyn CompactionHooks,
     ) -> Result<PreparedCompaction> {
         let active = self.active_segment_id()?;
         if through_id >= active {
@@ -129,7 +133,7 @@ impl Log {
             mut body,
             moved,
             first_lsn,
-        } = self.copy_live(through_id, live, salt)?;
+        } = self.copy_live(through_id, live, salt, hooks)?;
         let seal_offset = (SEGMENT_HEADER_BYTES + body.len()) as u64;
         // No durable-before flag: the body before it is written in the same write, not
         // fsynced first.
@@ -145,11 +149,13 @@ impl Log {
         // must be a record of it, in order, before the seal (recovery checks the records'
         // LSN order again when it reads the file).
         assert!(
-            moved.windows(2).all(|w| w[0].1.offset < w[1].1.offset)
+            moved
+                .windows(2)
+                .all(|w| w[0].1.pos.offset < w[1].1.pos.offset)
                 && moved.iter().all(|(_, new)| {
-                    new.segment_id == through_id
-                        && SEGMENT_HEADER_BYTES as u64 <= new.offset
-                        && new.offset < seal_offset
+                    new.pos.segment_id == through_id
+                        && SEGMENT_HEADER_BYTES as u64 <= new.pos.offset
+                        && new.pos.offset + u64::from(new.bytes) <= seal_offset
                 }),
             "moved positions lie inside the compacted segment, in order"
         );
@@ -191,8 +197,14 @@ impl Log {
     }
 
     /// Encodes the records at `live` as the body of compacted segment `through_id`, each
-    /// a batch of its own with its original LSN.
-    fn copy_live(&self, through_id: u64, live: &[RecordPos], salt: Salt) -> Result<CompactedBody> {
+    /// a batch of its own with its original LSN and the payload `hooks` rewrites it to.
+    fn copy_live(
+        &self,
+        through_id: u64,
+        live: &[RecordPos],
+        salt: Salt,
+        hooks: &dyn CompactionHooks,
+    ) -> Result<CompactedBody> {
         let mut out = CompactedBody {
             body: Vec::new(),
             moved: Vec::with_capacity(live.len()),
@@ -204,10 +216,7 @@ impl Log {
                 pos.segment_id <= through_id,
                 "live record outside the compacted prefix"
             );
-            let new_pos = RecordPos {
-                segment_id: through_id,
-                offset: (SEGMENT_HEADER_BYTES + out.body.len()) as u64,
-            };
+            let start = out.body.len();
             self.read_with(pos, |rec| {
                 // Recovery accepts a compacted segment only with rising LSNs. Records read
                 // back in log order have them, unless a salvaged log's segments overlap:
@@ -224,8 +233,12 @@ impl Log {
                 }
                 last_lsn = Some(rec.lsn);
                 out.first_lsn.get_or_insert(rec.lsn);
+                let rewritten =
+                    (hooks.rewrite(rec.kind, rec.payload)).filter(|p| p.len() < rec.payload.len());
+                let payload = rewritten.as_deref().unwrap_or(rec.payload);
                 let header = RecordHeader {
-                    payload_len: rec.payload.len() as u32,
+                    // Never longer than the payload it replaces, which fitted.
+                    payload_len: payload.len() as u32,
                     lsn: rec.lsn,
                     kind: rec.kind,
                     flags: FLAG_BATCH_START | FLAG_BATCH_END,
@@ -234,12 +247,20 @@ impl Log {
                     &mut out.body,
                     salt,
                     &header,
-                    record::payload_crc(rec.payload),
-                    rec.payload,
+                    record::payload_crc(payload),
+                    payload,
                 );
                 Ok(())
             })?;
-            out.moved.push((pos, new_pos));
+            let moved = Moved {
+                pos: RecordPos {
+                    segment_id: through_id,
+                    offset: (SEGMENT_HEADER_BYTES + start) as u64,
+                },
+                // At most the record it replaces, whose size fitted a u32.
+                bytes: (out.body.len() - start) as u32,
+            };
+            out.moved.push((pos, moved));
         }
         Ok(out)
     }

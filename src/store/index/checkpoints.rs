@@ -186,20 +186,19 @@ impl CpList {
         }
     }
 
-    /// Moves every entry's position through `relocate` (compaction). Panics if a new
-    /// position is beyond the index's range, which no log can reach (see
-    /// `SEGMENT_ID_MAX`).
-    pub fn relocate(&mut self, mut relocate: impl FnMut(RecordPos) -> RecordPos) {
+    /// Moves every entry through `relocate` (compaction), which gives an entry's new
+    /// position and record size, or `None` to leave it. Panics if a new position is
+    /// beyond the index's range, which no log can reach (see `SEGMENT_ID_MAX`).
+    pub fn relocate(&mut self, mut relocate: impl FnMut(RecordPos) -> Option<(RecordPos, u32)>) {
         let entries: &mut [PackedCp] = match &mut self.0 {
             CpRepr::Inline { len, items } => &mut items[..usize::from(*len)],
             CpRepr::Heap(v) => v,
         };
         for p in entries {
             let mut e = p.unpack();
-            let new = relocate(e.pos);
-            if new != e.pos {
-                e.pos = new;
-                *p = PackedCp::pack(&e).expect("a compacted record's position fits the index");
+            if let Some((pos, bytes)) = relocate(e.pos) {
+                (e.pos, e.bytes) = (pos, bytes);
+                *p = PackedCp::pack(&e).expect("a compacted record's place fits the index");
             }
         }
     }
