@@ -16,11 +16,13 @@
 //! reopened (recovery time) and its files are measured.
 //!
 //! # Backends
-//! - `agentwal`: `Store::commit` with default `Options` (`SyncMode::Always`; only
-//!   snapshots compressed with zstd level 1); beside it, outside the targets,
+//! - `agentwal`: `Store::commit` with default `Options` (`SyncMode::Always`; bodies
+//!   written as encoded, compressed with zstd level 1 by compaction, which a run this
+//!   short, within one segment, never starts); beside it, outside the targets,
 //!   `agentwal-uncompressed` (`Compression::None`) and `agentwal-periodic`
-//!   (`SyncMode::Periodic`, not durable per commit). `agentwal-zstd-deltas` (deltas
-//!   compressed too) runs only when `AGENTWAL_BENCH_BACKENDS` names it.
+//!   (`SyncMode::Periodic`, not durable per commit). `agentwal-zstd-commit` (snapshots
+//!   compressed as they are committed) and `agentwal-zstd-deltas` (deltas too) run only
+//!   when `AGENTWAL_BENCH_BACKENDS` names them.
 //!   `agentwal-recycled` (by name only): `agentwal`
 //!   on a store prepared before the run (not counted) so that its active segment is a
 //!   recycled file, as in a long-lived store (`backends/agentwal_recycled.rs`);

@@ -94,6 +94,7 @@ pub static ALL: &[&dyn Backend] = &[
 
 /// Backends run only when `AGENTWAL_BENCH_BACKENDS` names them.
 pub static BY_NAME_ONLY: &[&dyn Backend] = &[
+    &agentwal::AGENTWAL_ZSTD_COMMIT,
     &agentwal::AGENTWAL_ZSTD_DELTAS,
     &fsync_floor_group::FSYNC_FLOOR_GROUP_PREALLOC,
     &fsync_floor_group::FSYNC_FLOOR_GROUP_FALLOCATED,

@@ -284,11 +284,25 @@ pub(super) mod tests {
         assert_eq!(d.fold_plan(9), Some(all[5..9].to_vec()));
         assert_eq!(d.live_bytes(), (1..=11).sum::<u64>());
         assert_eq!(d.latest_created_at_ms(), 1011);
-        d.checkpoints.relocate(|p| RecordPos {
-            segment_id: p.segment_id + 10,
-            offset: p.offset,
+        // Every entry moves; the even-offset ones also shrink to 3 bytes.
+        d.checkpoints.relocate(|p| {
+            let new = RecordPos {
+                segment_id: p.segment_id + 10,
+                offset: p.offset,
+            };
+            Some((
+                new,
+                if p.offset % 80 == 0 {
+                    3
+                } else {
+                    (p.offset / 40) as u32
+                },
+            ))
         });
         assert_eq!(d.checkpoint(11).unwrap().pos.segment_id, 1 + 11 / 4 + 10);
+        assert_eq!(d.checkpoint(10).unwrap().bytes, 3);
+        assert_eq!(d.checkpoint(10).unwrap().snapshot, all[9].snapshot);
+        assert_eq!(d.checkpoint(9).unwrap().bytes, 9);
         d.prune_before(6);
         assert_eq!((d.first_seq, d.checkpoints.len()), (6, 6));
         assert!(matches!(d.checkpoints.0, CpRepr::Heap(_)));
