@@ -73,6 +73,8 @@ struct Recording {
     ops: Vec<SimOp>,
     events: Vec<Event>,
     big_snapshots: u64,
+    #[serde(default)]
+    compressed: u64,
 }
 
 fn record(seed: u64, threads: usize) -> Recording {
@@ -82,6 +84,7 @@ fn record(seed: u64, threads: usize) -> Recording {
     let store = open(&sim).expect("open on an empty disk");
     let events = run(&store, &sim, &plan(seed, threads, STEPS));
     let big_snapshots = big_snapshots(&store);
+    let compressed = compressed_bodies(&store);
     drop(store);
     let failed: Vec<_> = events.iter().filter(|e| e.outcome.is_err()).collect();
     assert!(
@@ -93,6 +96,7 @@ fn record(seed: u64, threads: usize) -> Recording {
         ops: sim.take_recording(),
         events,
         big_snapshots,
+        compressed,
     }
 }
 
@@ -127,6 +131,7 @@ type Job = (u64, usize, Result<SimImage, SimStorage>);
 fn sweep(rec: &Recording, only: Option<u64>, totals: &Totals) {
     let coverage = Coverage {
         big_snapshots: rec.big_snapshots,
+        compressed: rec.compressed,
         ..Coverage::of(&rec.ops, &rec.events)
     };
     println!("seed {:#x}: {coverage:?}", rec.seed);

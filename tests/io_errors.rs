@@ -153,6 +153,7 @@ fn io_errors() {
         let store = open(&clean).unwrap();
         let events = run(&store, &clean, &plan);
         let big_snapshots = big_snapshots(&store);
+        let compressed = compressed_bodies(&store);
         drop(store);
         assert!(
             events.iter().all(|e| e.outcome.is_ok()),
@@ -161,6 +162,7 @@ fn io_errors() {
         check_loads(&events).unwrap();
         coverage.add(&Coverage {
             big_snapshots,
+            compressed,
             ..Coverage::of(&clean.take_recording(), &events)
         });
         let total = clean.ops();

@@ -390,7 +390,11 @@ const SAMPLES: usize = 6;
 /// The life of a state of 10 segments, as workload steps (one thread).
 fn life() -> Vec<Step> {
     let mut rng = Rng(0xB16);
+    let mut text_rng = Rng(0x7E47);
     let mut bytes = |n: usize| rng.bytes(n);
+    // Bytes compaction compresses (the big state stays incompressible: ten segments on
+    // disk, compacted or not).
+    let mut text = |n: usize| sim::compressible_bytes(&mut text_rng, n);
     let commit = |task: &str, delta: Vec<u8>| Step::Commit(task.into(), delta);
     let mut steps = vec![commit("big", bytes(sim::BULK_BYTES_MAX + 4096))];
     steps.push(commit("big", bytes(40)));
@@ -398,13 +402,16 @@ fn life() -> Vec<Step> {
     steps.push(Step::Fork("big".into(), "fork".into()));
     steps.push(commit("fork", bytes(30)));
     steps.push(Step::Compact);
-    steps.push(commit("fork", bytes(5000))); // a delta larger than a segment
+    steps.push(commit("fork", text(5000))); // a delta larger than a segment
     steps.push(commit("big", bytes(20)));
     steps.push(Step::Delete("big".into()));
     steps.push(Step::Compact);
     for i in 0..6 {
-        steps.push(commit("fork", bytes(900 + 10 * i)));
+        steps.push(commit("fork", text(900 + 10 * i)));
     }
+    // A record of a segment of its own seals the segment before it: compacted next.
+    steps.push(commit("other", bytes(5000)));
+    steps.push(Step::Compact);
     steps.push(Step::Load("fork".into()));
     steps
 }
@@ -470,6 +477,7 @@ fn crash_sweep_of_a_state_ten_segments_large() {
     );
     sim::check_loads(&events).unwrap();
     let big_snapshots = sim::big_snapshots(&store);
+    let compressed = sim::compressed_bodies(&store);
     let infos = store.list_checkpoints("fork").unwrap();
     assert!(
         infos
@@ -481,6 +489,7 @@ fn crash_sweep_of_a_state_ten_segments_large() {
     let ops = disk.take_recording();
     let coverage = Coverage {
         big_snapshots,
+        compressed,
         ..Coverage::of(&ops, &events)
     };
     println!("crash sweep of a big state: {coverage:?}");

@@ -203,7 +203,15 @@ pub fn plan(seed: u64, threads: usize, steps: usize) -> Vec<Vec<Step>> {
                         if len as usize >= BULK_DELTA_MIN {
                             slot.bulk = (slot.bulk + len).min(BULK_BYTES_MAX as u64);
                         }
-                        Step::Commit(task, rng.bytes(len as usize))
+                        // Those of even length text-like, which compaction compresses
+                        // (the default `Compression`), the rest incompressible. Both
+                        // draw one number per byte: the plans of earlier seeds stand.
+                        let delta = if len % 2 == 0 {
+                            compressible_bytes(&mut rng, len as usize)
+                        } else {
+                            rng.bytes(len as usize)
+                        };
+                        Step::Commit(task, delta)
                     }
                 };
                 out.push(step);
@@ -647,6 +655,20 @@ pub struct Coverage {
     pub big_snapshots: u64,
     /// Bytes of the largest state acknowledged (its `bulk`).
     pub max_state_bytes: u64,
+    /// Checkpoint bodies the store held compressed at the end (set by the caller,
+    /// [`compressed_bodies`]): compaction rewrote records with new payloads.
+    pub compressed: u64,
+}
+
+/// `len` bytes from an alphabet of 16 letters: zstd stores them in about half the space.
+/// Draws one number per byte, as `Rng::bytes` does.
+pub fn compressible_bytes(rng: &mut Rng, len: usize) -> Vec<u8> {
+    (0..len).map(|_| b'a' + rng.below(16) as u8).collect()
+}
+
+/// Checkpoint bodies that `store` holds compressed (compaction compressed them).
+pub fn compressed_bodies(store: &Store<Tally>) -> u64 {
+    store.verify().expect("verify").bodies_compressed
 }
 
 /// Snapshot checkpoints larger than a segment that `store` holds.
@@ -709,6 +731,7 @@ impl Coverage {
         self.big_forks += o.big_forks;
         self.big_snapshots += o.big_snapshots;
         self.max_state_bytes = self.max_state_bytes.max(o.max_state_bytes);
+        self.compressed += o.compressed;
     }
 
     /// Fails naming what was not covered (a sweep that stopped covering recycling,
@@ -722,6 +745,7 @@ impl Coverage {
             ("forks", self.forks),
             ("forks of states larger than a segment", self.big_forks),
             ("snapshots larger than a segment", self.big_snapshots),
+            ("bodies compressed by compaction", self.compressed),
         ]
         .into_iter()
         .filter(|(_, n)| *n == 0)
