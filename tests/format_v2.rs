@@ -176,6 +176,9 @@ impl CompactionHooks for KeepLive {
             _ => None,
         }
     }
+    fn rewrites(&self) -> bool {
+        self.rewrite
+    }
 }
 
 /// `b` was handed out after `a` by a salt counter (which wraps after 2^32 salts).
@@ -1215,4 +1218,43 @@ fn compaction_writes_a_rewritten_payload_that_recovery_delivers() {
     .expect("reopen");
     got.retain(|_, (_, p)| p != b"tail");
     assert_eq!(got, expected);
+}
+
+/// With nothing dead, a pass that is not forced runs only for hooks that rewrite payloads,
+/// and only once the segments no pass wrote hold a segment's worth and as much as the
+/// compacted segment: right after it, another finds nothing to do.
+#[test]
+fn hooks_that_rewrite_get_a_pass_once_new_segments_outweigh_the_compacted_one() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let log = Log::open(dir.path(), options(RecoveryMode::Strict)).expect("open");
+    let keep = KeepLive::default();
+    let append = |n: u64| {
+        for i in 0..n {
+            let a = log.append(2, &payload("g", i, 400)).expect("append");
+            keep.at.lock().expect("lock").push(a.pos);
+        }
+    };
+    append(40);
+    assert_eq!(
+        log.compact(false, &keep).expect("compact"),
+        None,
+        "nothing dead"
+    );
+    let rewriting = KeepLive {
+        rewrite: true,
+        at: Mutex::new(keep.at.lock().expect("lock").clone()),
+        ..KeepLive::default()
+    };
+    let first = log.compact(false, &rewriting).expect("compact");
+    assert!(
+        first.as_ref().is_some_and(|c| c.records_rewritten > 30),
+        "{first:?}"
+    );
+    assert_eq!(log.compact(false, &rewriting).expect("compact"), None);
+    // Less than a segment of new bytes: still nothing.
+    for i in 0..3 {
+        let a = log.append(2, &payload("h", i, 400)).expect("append");
+        rewriting.at.lock().expect("lock").push(a.pos);
+    }
+    assert_eq!(log.compact(false, &rewriting).expect("compact"), None);
 }

@@ -199,10 +199,9 @@ impl Log {
 impl Log {
     /// The last sealed segment, if the sealed segments that no pass wrote hold at least a
     /// segment's worth of bytes and as many as the compacted segment before them (a
-    /// compacted segment, superseding every lower id, is always the first). Each pass then
-    /// at least doubles what it rewrites against what it copies again, so that a byte is
-    /// copied a bounded number of times however long the log grows (the compacted bytes
-    /// rewritten are at most the new ones).
+    /// compacted segment, superseding every lower id, is always the first). Such a pass
+    /// copies again at most as many compacted bytes as it takes new ones, so such passes
+    /// together copy at most twice the bytes the log appended, however long it grows.
     fn rewrite_prefix(&self, sealed: &[(u64, u64)]) -> Result<Option<u64>> {
         let (Some(&(first, first_bytes)), Some(&(last, _))) = (sealed.first(), sealed.last())
         else {
