@@ -10,6 +10,10 @@
 //! gone, which compaction of a whole prefix guarantees). A pruned call's two records
 //! leave the log together or not at all ([`CallEntry::records_stay`]), and its index
 //! entry goes only once they have (`remap`).
+//!
+//! The store also hands the pass a compressed payload for each raw checkpoint body that
+//! its `Compression` setting compresses at compaction (`rewrite`; DESIGN.md §2.8), and the
+//! index takes the records' new sizes with their new positions.
 
 use std::collections::HashMap;
 use std::ops::ControlFlow;
