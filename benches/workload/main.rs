@@ -21,8 +21,10 @@
 //!   short, within one segment, never starts); beside it, outside the targets,
 //!   `agentwal-uncompressed` (`Compression::None`) and `agentwal-periodic`
 //!   (`SyncMode::Periodic`, not durable per commit). `agentwal-zstd-commit` (snapshots
-//!   compressed as they are committed) and `agentwal-zstd-deltas` (deltas too) run only
-//!   when `AGENTWAL_BENCH_BACKENDS` names them.
+//!   compressed as they are committed), `agentwal-zstd-deltas` (deltas too) and
+//!   `agentwal-compacting` (4 MiB segments, which the background compactor compresses
+//!   during the run, and `Store::compact` after it) run only when
+//!   `AGENTWAL_BENCH_BACKENDS` names them.
 //!   `agentwal-recycled` (by name only): `agentwal`
 //!   on a store prepared before the run (not counted) so that its active segment is a
 //!   recycled file, as in a long-lived store (`backends/agentwal_recycled.rs`);

@@ -4,8 +4,9 @@
 //! (`agentwal-uncompressed`), every body as encoded even through compaction; by name only
 //! (`AGENTWAL_BENCH_BACKENDS`), `agentwal-zstd-commit`: snapshots compressed as they are
 //! committed (`Compression::Zstd { deltas: false, .. }`, the default before compression
-//! moved to compaction), and `agentwal-zstd-deltas`: deltas too, the setting for a store
-//! that would rather spend CPU than disk.
+//! moved to compaction), `agentwal-zstd-deltas`: deltas too, the setting for a store
+//! that would rather spend CPU than disk, and `agentwal-compacting`: the default with
+//! segments small enough that compaction compresses during the run.
 
 use std::path::Path;
 use std::time::Duration;
@@ -26,6 +27,11 @@ pub struct Agentwal {
     sync: SyncMode,
     /// `None`: the default `Options::compression`.
     compression: Option<Compression>,
+    /// `None`: the default `Options::segment_bytes` (64 MiB, more than a run writes).
+    segment_bytes: Option<u64>,
+    /// Run `Store::compact` after the commits (outside their figures), before the files
+    /// are measured.
+    compact_after: bool,
 }
 
 pub const AGENTWAL: Agentwal = Agentwal {
@@ -33,6 +39,8 @@ pub const AGENTWAL: Agentwal = Agentwal {
     color: RGBColor(0xD6, 0x27, 0x28),
     sync: SyncMode::Always,
     compression: None,
+    segment_bytes: None,
+    compact_after: false,
 };
 
 /// Outside the targets: a commit returns once written, and an fdatasync every 10 ms makes
@@ -42,6 +50,8 @@ pub const AGENTWAL_PERIODIC: Agentwal = Agentwal {
     color: RGBColor(0xF4, 0xA5, 0x82),
     sync: SyncMode::Periodic(Duration::from_millis(10)),
     compression: None,
+    segment_bytes: None,
+    compact_after: false,
 };
 
 /// Outside the targets: `agentwal` with every body stored as encoded, beside it in every
@@ -51,6 +61,8 @@ pub const AGENTWAL_UNCOMPRESSED: Agentwal = Agentwal {
     color: RGBColor(0x8C, 0x1A, 0x1B),
     sync: SyncMode::Always,
     compression: Some(Compression::None),
+    segment_bytes: None,
+    compact_after: false,
 };
 
 /// By name only: `agentwal` with its snapshots compressed as they are committed, so that
@@ -63,6 +75,8 @@ pub const AGENTWAL_ZSTD_COMMIT: Agentwal = Agentwal {
         level: ZSTD_LEVEL_DEFAULT,
         deltas: false,
     }),
+    segment_bytes: None,
+    compact_after: false,
 };
 
 /// By name only: `agentwal` with every body compressed as it is committed, deltas too, so
@@ -75,6 +89,25 @@ pub const AGENTWAL_ZSTD_DELTAS: Agentwal = Agentwal {
         level: ZSTD_LEVEL_DEFAULT,
         deltas: true,
     }),
+    segment_bytes: None,
+    compact_after: false,
+};
+
+/// Segment bytes of [`AGENTWAL_COMPACTING`]: a run at 64 tasks fills about ten.
+const COMPACTING_SEGMENT_BYTES: u64 = 4 << 20;
+
+/// By name only: the default settings with 4 MiB segments, so that the background
+/// compactor compresses sealed segments while the commits run (what it costs them shows
+/// beside `agentwal`), and `Store::compact` after the commits, so that the files measured
+/// are what compaction leaves: every sealed segment compressed, the active one raw. Its
+/// bytes written include what compaction wrote.
+pub const AGENTWAL_COMPACTING: Agentwal = Agentwal {
+    name: "agentwal-compacting",
+    color: RGBColor(0x6B, 0x3A, 0x2E),
+    sync: SyncMode::Always,
+    compression: None,
+    segment_bytes: Some(COMPACTING_SEGMENT_BYTES),
+    compact_after: true,
 };
 
 impl Backend for Agentwal {
@@ -111,6 +144,7 @@ impl Agentwal {
         let options = Options {
             sync: self.sync,
             compression: self.compression.unwrap_or(d.compression),
+            segment_bytes: self.segment_bytes.unwrap_or(d.segment_bytes),
             ..d
         };
         let store: Store = Store::open_with(dir, options).expect("open agentwal");
@@ -127,6 +161,9 @@ impl Agentwal {
         );
         let read = read_bytes() - read_before;
         let stats = store.stats();
+        if self.compact_after {
+            store.compact().expect("agentwal compact");
+        }
         drop(store);
         let mut m = Measurement::from_run(&times, io_since(io), dir, payload);
         m.log_bytes = Some(stats.bytes_written as f64);

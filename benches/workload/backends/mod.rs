@@ -96,6 +96,7 @@ pub static ALL: &[&dyn Backend] = &[
 pub static BY_NAME_ONLY: &[&dyn Backend] = &[
     &agentwal::AGENTWAL_ZSTD_COMMIT,
     &agentwal::AGENTWAL_ZSTD_DELTAS,
+    &agentwal::AGENTWAL_COMPACTING,
     &fsync_floor_group::FSYNC_FLOOR_GROUP_PREALLOC,
     &fsync_floor_group::FSYNC_FLOOR_GROUP_FALLOCATED,
     &agentwal_recycled::AGENTWAL_RECYCLED,
