@@ -71,6 +71,21 @@ impl Drop for Periodic {
     }
 }
 
+/// Lowers the calling thread's scheduling priority to nice `nice` (Linux: a thread has a
+/// nice value of its own). Best effort: a failure is logged and the thread runs on at the
+/// priority it had.
+pub(crate) fn lower_this_thread_priority(nice: i32) {
+    // SAFETY: plain syscalls on the calling thread's own id; no memory is passed.
+    let rc = unsafe {
+        let tid = libc::gettid();
+        libc::setpriority(libc::PRIO_PROCESS as _, tid as libc::id_t, nice)
+    };
+    if rc != 0 {
+        let e = std::io::Error::last_os_error();
+        tracing::warn!(nice, error = %e, "could not lower a background thread's priority");
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -115,20 +130,5 @@ mod tests {
             );
             std::thread::sleep(Duration::from_millis(1));
         }
-    }
-}
-
-/// Lowers the calling thread's scheduling priority to nice `nice` (Linux: a thread has a
-/// nice value of its own). Best effort: a failure is logged and the thread runs on at the
-/// priority it had.
-pub(crate) fn lower_this_thread_priority(nice: i32) {
-    // SAFETY: plain syscalls on the calling thread's own id; no memory is passed.
-    let rc = unsafe {
-        let tid = libc::gettid();
-        libc::setpriority(libc::PRIO_PROCESS as _, tid as libc::id_t, nice)
-    };
-    if rc != 0 {
-        let e = std::io::Error::last_os_error();
-        tracing::warn!(nice, error = %e, "could not lower a background thread's priority");
     }
 }
