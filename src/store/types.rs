@@ -50,8 +50,9 @@ pub const ZSTD_LEVEL_DEFAULT: i32 = 1;
 /// default) keeps it off the commit path, and the records a commit writes stay raw until
 /// a compaction pass copies them; [`Zstd`](Self::Zstd) compresses as it commits, which
 /// makes the files smaller at once but costs commits/s and tail latency where commits are
-/// CPU-bound (with 64 committing threads on 2 cores, snapshots alone took the p99 to 1.7×
-/// that of raw bodies, deltas too a quarter to a third of the commits/s: DESIGN.md §9.1).
+/// CPU-bound (with 64 committing threads on 2 cores, compressing snapshots took the p99 to
+/// 1.4–2.0× that of raw bodies, and compressing deltas too cost a quarter to a third of the
+/// commits/s: DESIGN.md §2.8).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Compression {
