@@ -322,26 +322,29 @@ fn background_compaction_compresses_a_store_without_retention() {
         for d in &deltas {
             store.commit("t", d).unwrap();
         }
-        // Passes run on a background thread after rotations: wait for one.
+        // Passes run on a background thread after rotations: wait for one to have been
+        // installed and counted (the count follows the install). Which segments it
+        // covered depends on when it ran, so only some bodies need be compressed.
+        let seen = || {
+            let (snapshots, deltas) = count(&records(dir.path()), "zstd");
+            (store.stats().compactions, snapshots, deltas)
+        };
+        let none_yet = |(passes, snapshots, deltas): (u64, usize, usize)| {
+            passes == 0 || snapshots == 0 || deltas == 0
+        };
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-        while compresses
-            && count(&records(dir.path()), "zstd").1 == 0
-            && std::time::Instant::now() < deadline
-        {
+        while compresses && none_yet(seen()) && std::time::Instant::now() < deadline {
             std::thread::sleep(std::time::Duration::from_millis(20));
         }
         if !compresses {
             std::thread::sleep(std::time::Duration::from_millis(300));
         }
-        let (zstd_snapshots, zstd_deltas) = count(&records(dir.path()), "zstd");
-        let (_, raw_deltas) = count(&records(dir.path()), "raw");
-        let compactions = store.stats().compactions;
+        let (compactions, zstd_snapshots, zstd_deltas) = seen();
         if compresses {
-            assert!(compactions >= 1, "{setting:?}");
             assert!(
-                zstd_snapshots >= 1 && zstd_deltas > raw_deltas,
-                "{setting:?}: {zstd_snapshots} snapshots, {zstd_deltas} of {} deltas",
-                zstd_deltas + raw_deltas
+                compactions >= 1 && zstd_snapshots >= 1 && zstd_deltas >= 1,
+                "{setting:?}: {compactions} passes, {zstd_snapshots} snapshots and \
+                 {zstd_deltas} deltas compressed"
             );
         } else {
             assert_eq!((compactions, zstd_snapshots, zstd_deltas), (0, 0, 0));
