@@ -74,9 +74,12 @@ pub enum Compression {
         deltas: bool,
     },
     /// Commits write bodies as encoded; each compaction pass stores the bodies it copies
-    /// as [`Zstd`](Self::Zstd) with the same fields would. Until a pass has run (a store
-    /// without retention or deletions compacts only when [`Store::compact`] is called) the
-    /// files hold raw bodies. Needs the `zstd` cargo feature, as `Zstd` does.
+    /// as [`Zstd`](Self::Zstd) with the same fields would. Besides the passes retention
+    /// and deletions call for, the background compactor runs one once the sealed segments
+    /// no pass has written hold a segment's worth and as much as the compacted segment
+    /// (DESIGN.md §7.7). The active segment is never compacted, so the newest records, and
+    /// all of a store smaller than a segment, stay raw; [`Store::compact`] compresses every
+    /// sealed segment at once. Needs the `zstd` cargo feature, as `Zstd` does.
     ///
     /// [`Store::compact`]: crate::Store::compact
     ZstdAtCompaction {
