@@ -82,6 +82,11 @@ pub(crate) fn compress_owned(
 /// leaves raw or cannot shrink, a payload that does not decode (copied as it is, so that
 /// a later read reports it where it lies).
 pub(crate) fn compress_payload(compression: Compression, payload: &[u8]) -> Option<Vec<u8>> {
+    // `compress` writes only `Zstd` frames: under any other setting a pass would decode
+    // every checkpoint it copies for nothing.
+    if !matches!(compression, Compression::Zstd { .. }) {
+        return None;
+    }
     let Ok(Decoded::Checkpoint(rec)) = codec::decode_payload(codec::KIND_CHECKPOINT, payload)
     else {
         return None;
