@@ -211,6 +211,11 @@ impl<S: State> AsyncStore<S> {
         self.store.list_checkpoints(task)
     }
 
+    /// [`Store::latest_info`] (from memory: no blocking).
+    pub async fn latest_info(&self, task: &str) -> Result<Option<CheckpointInfo>> {
+        self.store.latest_info(task)
+    }
+
     /// [`Store::tasks`] (from memory: no blocking).
     pub async fn tasks(&self) -> Result<Vec<String>> {
         self.store.tasks()

@@ -42,6 +42,8 @@ pub trait TaskStore<S: State>: Send + Sync {
     ) -> Result<Option<Checkpoint<S>>>;
     /// See [`Store::list_checkpoints`].
     fn list_checkpoints(&self, task: &str) -> Result<Vec<CheckpointInfo>>;
+    /// See [`Store::latest_info`].
+    fn latest_info(&self, task: &str) -> Result<Option<CheckpointInfo>>;
     /// See [`Store::tasks`].
     fn tasks(&self) -> Result<Vec<String>>;
     /// See [`Store::fork`].
@@ -80,6 +82,9 @@ impl<S: State> TaskStore<S> for Store<S> {
     }
     fn list_checkpoints(&self, task: &str) -> Result<Vec<CheckpointInfo>> {
         Store::list_checkpoints(self, task)
+    }
+    fn latest_info(&self, task: &str) -> Result<Option<CheckpointInfo>> {
+        Store::latest_info(self, task)
     }
     fn tasks(&self) -> Result<Vec<String>> {
         Store::tasks(self)

@@ -310,6 +310,50 @@ fn delete_then_the_task_restarts_at_seq_1(store: &impl TaskStore<AgentState>) {
 }
 
 on_both!(
+    latest_info_names_the_newest_checkpoint,
+    super::Cfg {
+        snapshot_every: 3,
+        keep: Some(2)
+    }
+);
+/// `latest_info` is what a cache of a task is validated against: it must name the checkpoint
+/// `load_latest` returns, move with every commit, fork and delete, and tell a task deleted
+/// and committed to again apart by its time.
+fn latest_info_names_the_newest_checkpoint(store: &impl TaskStore<AgentState>) {
+    assert_eq!(store.latest_info("t").unwrap(), None);
+    for i in 1..=5 {
+        assert_eq!(store.commit("t", &step(i)).unwrap(), i);
+        let info = store.latest_info("t").unwrap().unwrap();
+        let latest = store.load_latest("t").unwrap().unwrap();
+        assert_eq!(
+            (info.seq, info.created_at_ms),
+            (latest.seq, latest.created_at_ms)
+        );
+        assert_eq!(Some(&info), store.list_checkpoints("t").unwrap().last());
+    }
+    assert_eq!(store.fork("t", 5, "f").unwrap(), 1);
+    let forked = store.latest_info("f").unwrap().unwrap();
+    assert_eq!(
+        (forked.seq, forked.forked_from),
+        (1, Some(("t".to_string(), 5)))
+    );
+    let before = store.latest_info("t").unwrap().unwrap();
+    store.delete_task("t").unwrap();
+    assert_eq!(store.latest_info("t").unwrap(), None);
+    std::thread::sleep(std::time::Duration::from_millis(2));
+    for i in 1..=5 {
+        store.commit("t", &step(i)).unwrap();
+    }
+    let again = store.latest_info("t").unwrap().unwrap();
+    assert_eq!(again.seq, before.seq);
+    assert!(again.created_at_ms > before.created_at_ms);
+    assert!(matches!(
+        store.latest_info(""),
+        Err(Error::InvalidArgument(_))
+    ));
+}
+
+on_both!(
     load_latest_matching_falls_back_past_unhealthy_states,
     super::DEFAULT
 );

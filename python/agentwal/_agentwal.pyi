@@ -364,6 +364,12 @@ class Store:
         unhealthy ones); ``None`` if none does. ``accept``'s exceptions propagate."""
     def list_checkpoints(self, task: str) -> List[CheckpointInfo]:
         """The task's retained checkpoints, oldest first (empty for an unknown task)."""
+    def latest_info(self, task: str) -> Optional[CheckpointInfo]:
+        """The task's newest checkpoint's info (seq, ``created_at_ms``, ...) without reading
+        its state: a lookup in memory here, one query on PostgreSQL. ``None`` if the task has
+        no checkpoint. A cache of a task's state is still valid while this names the
+        checkpoint it was read at (seq and ``created_at_ms``: a deleted task's seqs start
+        again at 1)."""
     def tasks(self) -> List[str]:
         """Ids of the store's tasks, sorted."""
     def fork(self, task: str, seq: int, new_task: str) -> int:
@@ -397,12 +403,18 @@ class Store:
         fn: Callable[[], bytes],
         *,
         retry_pending: bool = False,
+        reconcile: Optional[Callable[[PendingCall], Optional[bytes]]] = None,
     ) -> bytes:
         """Runs a tool call at most once, across crashes.
 
         If ``call_id`` finished, returns its recorded result without calling ``fn``. If it
         began and never finished (a crash or an exception during the side effect), raises
-        ``PendingCallError``, unless ``retry_pending=True``. Otherwise records the begin,
+        ``PendingCallError``, unless ``retry_pending=True`` (run it again, whatever
+        happened) or ``reconcile`` is given: ``reconcile(pending_call)`` checks the effect
+        itself (by the idempotency key it was sent with, e.g. the call id) and returns its
+        result as bytes if it happened, which is recorded and returned without calling
+        ``fn``, or None if it did not, and then the call runs. If ``reconcile`` raises, the
+        call stays pending and the exception propagates. Otherwise records the begin,
         runs ``fn()`` (GIL held), records its bytes result and returns it. If ``fn`` raises,
         the call stays pending and the exception propagates. Two threads of one process
         never run the same call together: the second gets ``PendingCallError`` with
@@ -452,7 +464,7 @@ class PgStore:
     """A store of agent tasks in a PostgreSQL database (``agentwal::postgres::PgStore``).
 
     The methods it shares with :class:`Store` (``commit``, ``commit_if``, ``load_latest``,
-    ``load``, ``load_latest_matching``, ``list_checkpoints``, ``tasks``, ``fork``,
+    ``load``, ``load_latest_matching``, ``list_checkpoints``, ``latest_info``, ``tasks``, ``fork``,
     ``delete_task``, ``begin_call``, ``finish_call``, ``call_result``, ``pending_calls``,
     ``once``, ``close`` and the ``with`` block) take the same arguments and mean the same;
     code written against them runs on either backend. What only a local store has
@@ -539,6 +551,8 @@ class PgStore:
         """As :meth:`Store.load_latest_matching`."""
     def list_checkpoints(self, task: str) -> List[CheckpointInfo]:
         """As :meth:`Store.list_checkpoints` (``bytes`` is the stored body's size)."""
+    def latest_info(self, task: str) -> Optional[CheckpointInfo]:
+        """As :meth:`Store.latest_info`: one query, no state read."""
     def tasks(self) -> List[str]:
         """As :meth:`Store.tasks`: every task of the schema, from every host."""
     def fork(self, task: str, seq: int, new_task: str) -> int:
@@ -562,8 +576,9 @@ class PgStore:
         fn: Callable[[], bytes],
         *,
         retry_pending: bool = False,
+        reconcile: Optional[Callable[[PendingCall], Optional[bytes]]] = None,
     ) -> bytes:
-        """As :meth:`Store.once`. The check that no other thread runs the call now covers
+        """As :meth:`Store.once` (``reconcile`` too). The check that no other thread runs the call now covers
         this handle and those :meth:`with_lease` made from it, not other processes: across
         workers, hold the task's lease."""
     def acquire(self, task: str, holder: str, ttl_ms: int) -> Lease:

@@ -19,7 +19,10 @@ Storage mapping (DESIGN.md section 7.11):
 
 Values are stored as ``[type_str, bytes]`` pairs from ``serde.dumps_typed``: opaque to
 agentwal. The saver keeps an index of each task's variables in memory once it has read the
-task (the same memory InMemorySaver uses), so a step costs one commit and no reload.
+task (the same memory InMemorySaver uses), as a hint checked against the store: a read
+uses it while the task's latest checkpoint is the one it was read at, and every write is
+``commit_if`` on its seq, recomputed from a fresh read after a conflict. So savers in many
+processes and hosts can take a thread's turns one after another, on one store.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ import json
 import os
 import random
 import threading
-from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple, Union
@@ -55,6 +58,7 @@ except ImportError as e:  # pragma: no cover - exercised only without langgraph
     ) from e
 
 from ._agentwal import TASK_ID_BYTES_MAX, PgStore, Store
+from ._errors import ConflictError, UnknownTaskError
 
 __all__ = ["AgentwalSaver"]
 
@@ -70,6 +74,11 @@ _LIST = "agentwal.list"
 _STRIPES = 512
 # A `store` argument starting with one of these is a PostgreSQL URL, not a directory.
 _PG_SCHEMES = ("postgres://", "postgresql://")
+# How many times a write recomputes its commit after a conflict (another writer committed
+# to the task first) before it gives up with the ConflictError. Workers that take a
+# thread's turns one after another never conflict; only writers of one thread at the same
+# moment do, and each retry follows someone else's successful commit.
+_CONFLICT_RETRIES = 64
 
 
 def _task_name(thread_id: str, checkpoint_ns: str) -> str:
@@ -144,9 +153,11 @@ class _Entry:
 
 @dataclass
 class _TaskIndex:
-    """What the saver knows of one task, as of its checkpoint ``seq``."""
+    """What the saver knows of one task, as of its checkpoint ``seq``, committed at
+    ``created_at_ms`` (None: the saver's own commit, whose time the store did not return)."""
 
     seq: int = 0
+    created_at_ms: Optional[int] = None
     cps: Dict[str, _Entry] = field(default_factory=dict)
     # (channel, version) -> (type, bytes), or (_LIST, base version or None, items)
     blobs: Dict[Tuple[str, Any], Tuple[Any, ...]] = field(default_factory=dict)
@@ -193,6 +204,22 @@ class _TaskIndex:
             v = blob[1] if blob[0] == _LIST else None
         return out
 
+    def remove(self, keys: Iterable[str]) -> None:
+        """Forgets the checkpoints, blobs and writes of the unset ``keys``."""
+        for key in keys:
+            if key.startswith(_CP):
+                self.cps.pop(key[len(_CP) :], None)
+            elif key.startswith(_BLOB):
+                self.blobs.pop(tuple(json.loads(key[len(_BLOB) :])), None)
+                self.resolved.clear()
+            elif key.startswith(_WRITE):
+                cid, task_id, widx = json.loads(key[len(_WRITE) :])
+                writes = self.writes.get(cid)
+                if writes is not None:
+                    writes.pop((task_id, widx), None)
+                    if not writes:
+                        del self.writes[cid]
+
     def apply(self, sets: Dict[str, Any]) -> None:
         # The JSON of the blob and write keys, parsed in one call (a task read from the
         # store applies thousands of keys).
@@ -225,6 +252,18 @@ class _TaskIndex:
                 )
 
 
+def _unset(
+    idx: _TaskIndex, cids: List[str], blobs: Sequence[Tuple[str, Any]] = ()
+) -> Optional[Dict[str, Any]]:
+    """The delta removing checkpoints ``cids`` with their writes, and ``blobs``; None if it
+    would remove nothing."""
+    keys = [_CP + cid for cid in cids]
+    for cid in cids:
+        keys += [_WRITE + json.dumps([cid, t, i]) for (t, i) in idx.writes.get(cid, {})]
+    keys += [_BLOB + json.dumps([ch, v]) for ch, v in blobs]
+    return {"unset": keys} if keys else None
+
+
 class AgentwalSaver(BaseCheckpointSaver[str]):
     """A LangGraph checkpoint saver that stores checkpoints in an agentwal store.
 
@@ -233,10 +272,15 @@ class AgentwalSaver(BaseCheckpointSaver[str]):
     :class:`agentwal.PgStore` with ``open_kwargs``, e.g. ``schema="lg"``) or a directory path
     (the saver opens a :class:`agentwal.Store` with ``open_kwargs``, e.g. ``sync="always"``);
     :meth:`close` closes a store the saver opened. It works the same on both backends. The
-    saver's tasks are named ``lg:...``; other tasks of the same store are ignored. Only this
-    saver should commit to its ``lg:`` tasks: it caches what it read of them and reloads a
-    task only when a commit's seq shows that someone else wrote. On PostgreSQL that means one
-    saver (one process) at a time per thread: route a thread's runs to one worker.
+    saver's tasks are named ``lg:...``; other tasks of the same store are ignored. Any number
+    of savers may serve the same threads: several on one :class:`agentwal.Store`, or worker
+    processes on many hosts on one PostgreSQL schema, taking a thread's turns in any order.
+    What a saver caches of a thread is checked against the store before every read (the
+    latest checkpoint's seq and time, one ``latest_info``), and every write is conditional
+    on the seq it was computed from (``commit_if``): a saver that is behind reads the thread
+    again and recomputes its write, so no turn is lost and no history forks. (Not detected:
+    a thread deleted and written again up to the same seq, between a saver's own commit and
+    its next read, by another saver.)
 
     Durability is the store's: with ``sync="always"`` (the default) a checkpoint or write is
     on disk when ``put``/``put_writes`` return. The async methods run the sync ones in a
@@ -314,27 +358,67 @@ class AgentwalSaver(BaseCheckpointSaver[str]):
             raise
         return stack
 
-    def _task(self, task: str) -> _TaskIndex:
+    def _task(self, task: str, *, fresh: bool = True) -> _TaskIndex:
+        """The index of ``task``. The cache is a hint, never the truth: other savers,
+        processes and hosts commit to the same store. With ``fresh`` (every read) a cached
+        index is used only while the store's latest checkpoint is the one it was read at
+        (``latest_info``: a lookup in memory locally, one query on PostgreSQL), else the
+        task is read again. Without it (writes) the cached index is used as it is: the
+        write is conditional on its seq (``commit_if``), so a stale index gets a conflict
+        and the write is recomputed from a fresh one, never applied."""
         idx = self._index.get(task)
-        if idx is None:
-            idx = _TaskIndex()
-            cp = self.store.load_latest(task)
-            if cp is None:
-                return idx  # not cached: looking up unknown threads must not grow memory
-            idx.seq = cp.seq
-            idx.apply(cp.state["vars"])
-            self._index[task] = idx
+        if idx is not None:
+            if not fresh:
+                return idx
+            info = self.store.latest_info(task)
+            # created_at_ms tells a task deleted and committed to again up to the same seq
+            # from the one cached; after the saver's own commit it is learnt here.
+            if info is not None and info.seq == idx.seq and idx.created_at_ms in (
+                None,
+                info.created_at_ms,
+            ):
+                idx.created_at_ms = info.created_at_ms
+                return idx
+        return self._load(task)
+
+    def _load(self, task: str) -> _TaskIndex:
+        """Reads ``task``'s latest state from the store into a new index (cached unless the
+        task has no checkpoint: looking up unknown threads must not grow memory)."""
+        self._index.pop(task, None)
+        idx = _TaskIndex()
+        cp = self.store.load_latest(task)
+        if cp is None:
+            return idx
+        idx.seq = cp.seq
+        idx.created_at_ms = cp.created_at_ms
+        idx.apply(cp.state["vars"])
+        self._index[task] = idx
         return idx
 
-    def _commit(self, task: str, sets: Dict[str, Any]) -> None:
-        idx = self._task(task)
-        seq = self.store.commit(task, {"set": sets})
-        if seq == idx.seq + 1:
-            idx.apply(sets)
+    def _commit(self, task: str, build: Callable[[_TaskIndex], Optional[Dict[str, Any]]]) -> None:
+        """Commits ``build(index)`` (a delta with ``set`` and/or ``unset``; None: nothing to
+        commit) on the condition that the task is still at the index's seq. On a conflict
+        (someone else committed first) the task is read again and the delta built again
+        from what it now holds, so a stale view is never extended."""
+        for attempt in range(_CONFLICT_RETRIES):
+            idx = self._task(task, fresh=False)
+            delta = build(idx)
+            if delta is None:
+                return
+            try:
+                seq = self.store.commit_if(task, idx.seq, delta)
+            except ConflictError:
+                self._index.pop(task, None)
+                if attempt + 1 == _CONFLICT_RETRIES:
+                    raise
+                continue
+            assert seq == idx.seq + 1, (task, seq, idx.seq)
+            idx.apply(delta.get("set", {}))
+            idx.remove(delta.get("unset", ()))
             idx.seq = seq
+            idx.created_at_ms = None
             self._index[task] = idx
-        else:  # someone else committed to the task: read it again next time
-            self._index.pop(task, None)
+            return
 
     def _saver_tasks(self) -> List[Tuple[str, str, str]]:
         out = []
@@ -490,51 +574,71 @@ class AgentwalSaver(BaseCheckpointSaver[str]):
         parent = config["configurable"].get("checkpoint_id")
         ct, cb = self.serde.dumps_typed(c)
         mt, mb = self.serde.dumps_typed(get_checkpoint_metadata(config, metadata))
-        task = _task_name(thread_id, ns)
-        with self._locked([task]):
-            idx = self._task(task)
-            parent_versions: Optional[Dict[str, Any]] = None
+        # Serialized once: a retry after a conflict only recomputes the prefix rule's bases.
+        serialized: Dict[str, Any] = {}
+        for channel in new_versions:
+            if channel in values:
+                value = values[channel]
+                serialized[channel] = (
+                    [self.serde.dumps_typed(x) for x in value]
+                    if type(value) is list
+                    else self.serde.dumps_typed(value)
+                )
+
+        def build(idx: _TaskIndex) -> Dict[str, Any]:
             sets: Dict[str, Any] = {}
+            parent_versions: Optional[Dict[str, Any]] = None  # read once, if a list needs it
             for channel, version in new_versions.items():
                 key = _BLOB + json.dumps([channel, version])
-                if channel not in values:
+                if channel not in serialized:
                     sets[key] = ["empty", b""]
-                    continue
-                value = values[channel]
-                if type(value) is not list:
-                    sets[key] = list(self.serde.dumps_typed(value))
-                    continue
-                # The prefix rule: the parent's version of this list, if its items are a
-                # byte prefix of the new items, is the base; only the new items are stored.
-                items = [self.serde.dumps_typed(x) for x in value]
-                base = None
-                if parent_versions is None:
-                    entry = idx.cps.get(parent) if parent else None
-                    parent_versions = (
-                        self.serde.loads_typed(entry.checkpoint).get("channel_versions", {})
-                        if entry is not None
-                        else {}
+                elif type(values[channel]) is not list:
+                    sets[key] = list(serialized[channel])
+                else:
+                    if parent_versions is None:
+                        parent_versions = self._parent_versions(idx, parent)
+                    base, items = self._prefix(
+                        idx, channel, version, parent_versions, serialized[channel]
                     )
-                pv = parent_versions.get(channel)
-                if (
-                    pv is not None
-                    and pv != version
-                    # Overwriting a version (never done by LangGraph) must not close a loop.
-                    and ((channel, version) not in idx.blobs
-                         or (channel, version) not in idx.bases(channel, pv))
-                ):
-                    prev = idx.items(channel, pv)
-                    if (
-                        prev is not None
-                        and len(prev) <= len(items)
-                        and prev == tuple(items[: len(prev)])
-                    ):
-                        base = pv
-                        items = items[len(prev) :]
-                sets[key] = [_LIST, base, [list(i) for i in items]]
+                    sets[key] = [_LIST, base, [list(i) for i in items]]
             sets[_CP + cid] = [[ct, cb], [mt, mb], parent]
-            self._commit(task, sets)
+            return {"set": sets}
+
+        task = _task_name(thread_id, ns)
+        with self._locked([task]):
+            self._commit(task, build)
         return {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": cid}}
+
+    def _parent_versions(self, idx: _TaskIndex, parent: Optional[str]) -> Dict[str, Any]:
+        """The channel versions of checkpoint ``parent`` as ``idx`` holds it ({} if absent)."""
+        entry = idx.cps.get(parent) if parent else None
+        if entry is None:
+            return {}
+        return self.serde.loads_typed(entry.checkpoint).get("channel_versions", {})
+
+    def _prefix(
+        self,
+        idx: _TaskIndex,
+        channel: str,
+        version: Any,
+        parent_versions: Dict[str, Any],
+        items: List[Tuple[str, bytes]],
+    ) -> Tuple[Any, List[Tuple[str, bytes]]]:
+        """The prefix rule: the parent's version of this list, if its items are a byte
+        prefix of ``items``, is the base, and only the items after it are stored. Returns
+        ``(base or None, items to store)``."""
+        pv = parent_versions.get(channel)
+        if (
+            pv is not None
+            and pv != version
+            # Overwriting a version (never done by LangGraph) must not close a loop.
+            and ((channel, version) not in idx.blobs
+                 or (channel, version) not in idx.bases(channel, pv))
+        ):
+            prev = idx.items(channel, pv)
+            if prev is not None and len(prev) <= len(items) and prev == tuple(items[: len(prev)]):
+                return pv, items[len(prev) :]
+        return None, items
 
     def put_writes(
         self,
@@ -553,15 +657,17 @@ class AgentwalSaver(BaseCheckpointSaver[str]):
             raise ValueError("put_writes: config['configurable'] has no 'checkpoint_id'")
         if not isinstance(task_id, str):
             raise TypeError(f"task_id must be a str, got {type(task_id).__name__}")
-        task = _task_name(thread_id, ns)
-        with self._locked([task]):
-            existing = self._task(task).writes.get(cid, {})
+        serialized = [
+            (WRITES_IDX_MAP.get(channel, i), channel, self.serde.dumps_typed(value))
+            for i, (channel, value) in enumerate(writes)
+        ]
+
+        def build(idx: _TaskIndex) -> Optional[Dict[str, Any]]:
+            existing = idx.writes.get(cid, {})
             sets: Dict[str, Any] = {}
-            for i, (channel, value) in enumerate(writes):
-                widx = WRITES_IDX_MAP.get(channel, i)
+            for widx, channel, (typ, data) in serialized:
                 if widx >= 0 and (task_id, widx) in existing:
                     continue
-                typ, data = self.serde.dumps_typed(value)
                 sets[_WRITE + json.dumps([cid, task_id, widx])] = [
                     task_id,
                     channel,
@@ -569,8 +675,11 @@ class AgentwalSaver(BaseCheckpointSaver[str]):
                     data,
                     task_path,
                 ]
-            if sets:
-                self._commit(task, sets)
+            return {"set": sets} if sets else None
+
+        task = _task_name(thread_id, ns)
+        with self._locked([task]):
+            self._commit(task, build)
 
     def delete_thread(self, thread_id: str) -> None:
         """Deletes every checkpoint, blob and write of ``thread_id``, in every namespace (one
@@ -578,10 +687,16 @@ class AgentwalSaver(BaseCheckpointSaver[str]):
         thread_id = _check_thread_id(thread_id)
         tasks = [t for t in self._saver_tasks() if t[1] == thread_id]
         with self._locked(t[0] for t in tasks):
-            for task, tid, _ in tasks:
-                if tid == thread_id:
-                    self.store.delete_task(task)
-                    self._index.pop(task, None)
+            for task, _, _ in tasks:
+                self._delete_task(task)
+
+    def _delete_task(self, task: str) -> None:
+        """Deletes ``task``; one that another saver deleted first is as good as deleted."""
+        self._index.pop(task, None)
+        try:
+            self.store.delete_task(task)
+        except UnknownTaskError:
+            pass
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         """Copies every checkpoint, blob and write of ``source_thread_id`` (every namespace)
@@ -615,15 +730,17 @@ class AgentwalSaver(BaseCheckpointSaver[str]):
         runs = set(run_ids)
         if not runs:
             return
+        def build(idx: _TaskIndex) -> Optional[Dict[str, Any]]:
+            doomed = [
+                cid
+                for cid, e in idx.cps.items()
+                if self.serde.loads_typed(e.metadata).get("run_id") in runs
+            ]
+            return _unset(idx, doomed)
+
         with self._locked(None):
             for task, _, _ in self._saver_tasks():
-                idx = self._task(task)
-                doomed = [
-                    cid
-                    for cid, e in idx.cps.items()
-                    if self.serde.loads_typed(e.metadata).get("run_id") in runs
-                ]
-                self._unset(task, idx, doomed)
+                self._commit(task, build)
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         """Prunes the threads: ``"keep_latest"`` keeps, per namespace, only the newest
@@ -638,54 +755,23 @@ class AgentwalSaver(BaseCheckpointSaver[str]):
         threads = {_check_thread_id(t) for t in thread_ids}
         if not threads:
             return
+        def keep_latest(idx: _TaskIndex) -> Optional[Dict[str, Any]]:
+            if len(idx.cps) <= 1:
+                return None
+            latest = max(idx.cps)
+            doomed = [cid for cid in idx.cps if cid != latest]
+            versions = self.serde.loads_typed(idx.cps[latest].checkpoint)["channel_versions"]
+            keep = {k for ch, v in versions.items() for k in idx.bases(ch, v)}
+            return _unset(idx, doomed, [b for b in idx.blobs if b not in keep])
+
         with self._locked(None):
             for task, tid, _ in self._saver_tasks():
                 if tid not in threads:
                     continue
                 if strategy == "delete":
-                    self.store.delete_task(task)
-                    self._index.pop(task, None)
-                    continue
-                idx = self._task(task)
-                if len(idx.cps) <= 1:
-                    continue
-                latest = max(idx.cps)
-                doomed = [cid for cid in idx.cps if cid != latest]
-                keep = {
-                    (ch, v)
-                    for ch, v in self.serde.loads_typed(idx.cps[latest].checkpoint)[
-                        "channel_versions"
-                    ].items()
-                }
-                keep = {k for ch, v in keep for k in idx.bases(ch, v)}
-                blobs = [b for b in idx.blobs if b not in keep]
-                self._unset(task, idx, doomed, blobs)
-
-    def _unset(
-        self,
-        task: str,
-        idx: _TaskIndex,
-        cids: List[str],
-        blobs: Sequence[Tuple[str, Any]] = (),
-    ) -> None:
-        """One commit removing checkpoints ``cids`` with their writes, and ``blobs``."""
-        keys = [_CP + cid for cid in cids]
-        for cid in cids:
-            keys += [_WRITE + json.dumps([cid, t, i]) for (t, i) in idx.writes.get(cid, {})]
-        keys += [_BLOB + json.dumps([ch, v]) for ch, v in blobs]
-        if not keys:
-            return
-        seq = self.store.commit(task, {"unset": keys})
-        if seq == idx.seq + 1:
-            for cid in cids:
-                idx.cps.pop(cid, None)
-                idx.writes.pop(cid, None)
-            for b in blobs:
-                idx.blobs.pop(b, None)
-            idx.resolved.clear()
-            idx.seq = seq
-        else:
-            self._index.pop(task, None)
+                    self._delete_task(task)
+                else:
+                    self._commit(task, keep_latest)
 
     def get_next_version(self, current: Optional[str], channel: None) -> str:
         """A zero-padded counter plus a random suffix (as InMemorySaver), so versions from

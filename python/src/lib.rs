@@ -326,6 +326,12 @@ impl Store {
         Ok(infos.into_iter().map(CheckpointInfo::from).collect())
     }
 
+    /// The newest checkpoint's info, without its state (see the stub).
+    fn latest_info(&self, py: Python<'_>, task: String) -> PyResult<Option<CheckpointInfo>> {
+        let engine = self.engine(py)?;
+        Ok(run(py, || engine.latest_info(&task))?.map(CheckpointInfo::from))
+    }
+
     /// Ids of the store's tasks, sorted.
     fn tasks(&self, py: Python<'_>) -> PyResult<Vec<String>> {
         let engine = self.engine(py)?;
@@ -394,10 +400,12 @@ impl Store {
 
     /// Runs a tool call at most once, across crashes: returns the recorded result if
     /// ``call_id`` finished; raises ``PendingCallError`` if it began and never finished
-    /// (its side effect's outcome is unknown) unless ``retry_pending``; else records the
+    /// (its side effect's outcome is unknown) unless ``retry_pending``, or unless
+    /// ``reconcile(pending_call)`` settles it (bytes: it happened, that is its result,
+    /// recorded and returned; None: it did not, and runs now); else records the
     /// begin, runs ``fn()`` (GIL held; it must return bytes), records its result and
     /// returns it. If ``fn`` raises, the call stays pending and the exception propagates.
-    #[pyo3(signature = (task, call_id, tool, args, r#fn, *, retry_pending=false))]
+    #[pyo3(signature = (task, call_id, tool, args, r#fn, *, retry_pending=false, reconcile=None))]
     #[allow(clippy::too_many_arguments)]
     fn once<'py>(
         &self,
@@ -408,6 +416,7 @@ impl Store {
         args: PyBackedBytes,
         r#fn: &Bound<'py, PyAny>,
         retry_pending: bool,
+        reconcile: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyBytes>> {
         let engine = self.engine(py)?;
         ops::once(
@@ -420,6 +429,7 @@ impl Store {
             args,
             r#fn,
             retry_pending,
+            reconcile,
         )
     }
 

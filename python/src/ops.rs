@@ -11,7 +11,7 @@ use pyo3::pybacked::PyBackedBytes;
 use pyo3::types::PyBytes;
 
 use crate::errors::{raise, to_py_err};
-use crate::types::Checkpoint;
+use crate::types::{Checkpoint, PendingCall};
 
 /// Either backend, as the shared code sees it.
 pub type Dyn = dyn TaskStore<AgentState>;
@@ -84,14 +84,16 @@ pub fn once<'py>(
     args: PyBackedBytes,
     r#fn: &Bound<'py, PyAny>,
     retry_pending: bool,
+    reconcile: Option<&Bound<'py, PyAny>>,
 ) -> PyResult<Bound<'py, PyBytes>> {
     let pending_error = |tool: &str, args: &[u8], in_flight: bool| {
         let how = if in_flight {
             "is running on another thread of this process"
         } else {
             "began and never finished (a crash or an exception came between begin and finish), \
-             so whether its side effect happened is unknown; check it, then pass \
-             retry_pending=True or call finish_call"
+             so whether its side effect happened is unknown; pass reconcile= (a callable that \
+             checks the effect and returns its result, or None if it did not happen), or \
+             check it yourself, then pass retry_pending=True or call finish_call"
         };
         Ok::<_, PyErr>(raise(
             py,
@@ -128,8 +130,24 @@ pub fn once<'py>(
     }
     if !retry_pending {
         let pending = run(py, || engine.pending_calls(&task))?;
-        if let Some(p) = pending.iter().find(|p| p.call_id == call_id) {
-            return Err(pending_error(&p.tool, &p.args, false)?);
+        if let Some(p) = pending.into_iter().find(|p| p.call_id == call_id) {
+            let Some(reconcile) = reconcile else {
+                return Err(pending_error(&p.tool, &p.args, false)?);
+            };
+            // The effect's own record (an idempotency key it was sent with) settles it:
+            // bytes, it happened and that is its result; None, it did not and runs now.
+            let settled = reconcile.call1((PendingCall::from(p),))?;
+            if !settled.is_none() {
+                let result: PyBackedBytes = settled.extract().map_err(|_| {
+                    pyo3::exceptions::PyTypeError::new_err(format!(
+                        "once: reconcile returned {}, expected bytes or None (the call stays \
+                         pending)",
+                        type_name(&settled)
+                    ))
+                })?;
+                run(py, || engine.finish_call(&task, &call_id, &result))?;
+                return Ok(PyBytes::new(py, &result));
+            }
         }
     }
     run(py, || engine.begin_call(&task, &call_id, &tool, &args))?;
@@ -137,11 +155,17 @@ pub fn once<'py>(
     let result: PyBackedBytes = out.extract().map_err(|_| {
         pyo3::exceptions::PyTypeError::new_err(format!(
             "once: fn returned {}, expected bytes (the call stays pending)",
-            out.get_type()
-                .name()
-                .map_or_else(|_| "?".to_string(), |n| n.to_string())
+            type_name(&out)
         ))
     })?;
     run(py, || engine.finish_call(&task, &call_id, &result))?;
     Ok(PyBytes::new(py, &result))
+}
+
+/// The name of `value`'s type, for an error message.
+fn type_name(value: &Bound<'_, PyAny>) -> String {
+    value
+        .get_type()
+        .name()
+        .map_or_else(|_| "?".to_string(), |n| n.to_string())
 }

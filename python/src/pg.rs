@@ -244,6 +244,12 @@ impl PgStore {
         Ok(infos.into_iter().map(CheckpointInfo::from).collect())
     }
 
+    /// The newest checkpoint's info, without its state (see the stub).
+    fn latest_info(&self, py: Python<'_>, task: String) -> PyResult<Option<CheckpointInfo>> {
+        let engine = self.engine(py)?;
+        Ok(run(py, || engine.latest_info(&task))?.map(CheckpointInfo::from))
+    }
+
     /// Ids of the store's tasks, sorted.
     fn tasks(&self, py: Python<'_>) -> PyResult<Vec<String>> {
         let engine = self.engine(py)?;
@@ -307,7 +313,7 @@ impl PgStore {
     }
 
     /// Runs a tool call at most once, across crashes (as ``Store.once``).
-    #[pyo3(signature = (task, call_id, tool, args, r#fn, *, retry_pending=false))]
+    #[pyo3(signature = (task, call_id, tool, args, r#fn, *, retry_pending=false, reconcile=None))]
     #[allow(clippy::too_many_arguments)]
     fn once<'py>(
         &self,
@@ -318,6 +324,7 @@ impl PgStore {
         args: PyBackedBytes,
         r#fn: &Bound<'py, PyAny>,
         retry_pending: bool,
+        reconcile: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyBytes>> {
         let engine = self.engine(py)?;
         ops::once(
@@ -330,6 +337,7 @@ impl PgStore {
             args,
             r#fn,
             retry_pending,
+            reconcile,
         )
     }
 

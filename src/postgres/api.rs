@@ -29,6 +29,9 @@ impl<S: State> TaskStore<S> for PgStore<S> {
     fn list_checkpoints(&self, task: &str) -> Result<Vec<CheckpointInfo>> {
         PgStore::list_checkpoints(self, task)
     }
+    fn latest_info(&self, task: &str) -> Result<Option<CheckpointInfo>> {
+        PgStore::latest_info(self, task)
+    }
     fn tasks(&self) -> Result<Vec<String>> {
         PgStore::tasks(self)
     }

@@ -109,6 +109,12 @@ impl<S: State> AsyncPgStore<S> {
         self.run(move |s| s.list_checkpoints(&task)).await
     }
 
+    /// [`PgStore::latest_info`].
+    pub async fn latest_info(&self, task: &str) -> Result<Option<CheckpointInfo>> {
+        let task = task.to_string();
+        self.run(move |s| s.latest_info(&task)).await
+    }
+
     /// [`PgStore::tasks`].
     pub async fn tasks(&self) -> Result<Vec<String>> {
         self.run(|s| s.tasks()).await

@@ -273,6 +273,25 @@ impl<S: State> PgStore<S> {
         })
     }
 
+    /// The task's newest checkpoint's info, without its state: one query (see
+    /// [`Store::latest_info`](crate::Store::latest_info)).
+    pub fn latest_info(&self, task: &str) -> Result<Option<CheckpointInfo>> {
+        validate_id("task id", task, TASK_ID_BYTES_MAX)?;
+        self.shared
+            .run_read("reading a task's latest checkpoint", async |c| {
+                let row = c
+                    .query_typed_opt(
+                        "SELECT c.seq, c.created_at_ms, octet_length(c.body), c.snapshot,
+                            c.origin_task, c.origin_seq
+                     FROM tasks t JOIN checkpoints c ON c.task = t.task AND c.seq = t.latest_seq
+                     WHERE t.task = $1",
+                        &[(&task.as_bytes(), Type::BYTEA)],
+                    )
+                    .await?;
+                row.as_ref().map(checkpoint_info).transpose()
+            })
+    }
+
     /// Ids of all tasks, sorted (see [`Store::tasks`](crate::Store::tasks)).
     pub fn tasks(&self) -> Result<Vec<String>> {
         self.shared.run_read("listing tasks", async |c| {

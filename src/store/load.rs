@@ -175,30 +175,45 @@ impl<S: State> Store<S> {
         };
         let data = slot.data.read();
         let retained_from = self.retained_from(&data);
-        Ok(data
-            .checkpoints
-            .iter()
-            .enumerate()
-            .filter(|(i, _)| data.first_seq + *i as u64 >= retained_from)
-            .map(|(i, c)| {
-                let seq = data.first_seq + i as u64;
-                CheckpointInfo {
-                    seq,
-                    created_at_ms: c.created_at_ms,
-                    bytes: u64::from(c.bytes),
-                    snapshot: c.snapshot,
-                    forked_from: (seq == 1)
-                        .then(|| data.origin.as_deref().map(|(t, s)| (t.to_string(), *s)))
-                        .flatten(),
-                }
-            })
+        Ok((retained_from.max(data.first_seq)..=data.latest_seq())
+            .filter_map(|seq| info_of(&data, seq))
             .collect())
+    }
+
+    /// The task's newest checkpoint's info, without reading its state: an in-memory
+    /// lookup here, one query on PostgreSQL. `None` if the task has no checkpoint. A
+    /// cache of a task's state is valid while this is the checkpoint it was read at (seq
+    /// and `created_at_ms`, since a deleted task's seqs start again at 1).
+    pub fn latest_info(&self, task: &str) -> Result<Option<CheckpointInfo>> {
+        validate_id("task id", task, TASK_ID_BYTES_MAX)?;
+        let Some(slot) = self.inner.index.get(task) else {
+            return Ok(None);
+        };
+        let data = slot.data.read();
+        Ok(info_of(&data, data.latest_seq()))
     }
 
     /// Ids of all tasks, sorted.
     pub fn tasks(&self) -> Result<Vec<String>> {
         Ok(self.inner.index.task_ids())
     }
+}
+
+/// The info of checkpoint `seq` as the index `data` holds it; `None` if it holds no such
+/// checkpoint.
+fn info_of(data: &TaskData, seq: u64) -> Option<CheckpointInfo> {
+    let c = data
+        .checkpoints
+        .get(seq.checked_sub(data.first_seq)? as usize)?;
+    Some(CheckpointInfo {
+        seq,
+        created_at_ms: c.created_at_ms,
+        bytes: u64::from(c.bytes),
+        snapshot: c.snapshot,
+        forked_from: (seq == 1)
+            .then(|| data.origin.as_deref().map(|(t, s)| (t.to_string(), *s)))
+            .flatten(),
+    })
 }
 
 /// The checkpoint record `rec`, which the index of `task` points at for `seq`; an error if
