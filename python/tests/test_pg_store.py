@@ -40,6 +40,59 @@ def either(request, tmp_path):
         pg_env.drop_schema(schema)
 
 
+def test_once_reconcile_settles_an_in_doubt_call(either):
+    """A call begun and never finished is settled by ``reconcile``, which checks the effect's
+    own record (here a dict keyed by call id, as a mail service keyed by idempotency key):
+    a result found is recorded and returned without running ``fn``; None runs ``fn``; an
+    exception or a wrong type leaves the call pending."""
+    sent = {}
+
+    def fails():
+        sent["c1"] = b"receipt-1"  # the effect happened, then the worker died before finish
+        raise ConnectionError("killed after the side effect")
+
+    with pytest.raises(ConnectionError):
+        either.once("t", "c1", "mail", b"a", fails)
+    with pytest.raises(ConnectionError):
+        either.once("t", "c2", "mail", b"b", lambda: (_ for _ in ()).throw(ConnectionError()))
+    asked = []
+
+    def reconcile(p):
+        asked.append((p.call_id, p.tool, p.args))
+        return sent.get(p.call_id)
+
+    never = lambda: pytest.fail("fn ran for a call whose effect happened")  # noqa: E731
+    assert either.once("t", "c1", "mail", b"a", never, reconcile=reconcile) == b"receipt-1"
+    assert either.call_result("t", "c1") == b"receipt-1"
+    with pytest.raises(TypeError, match="reconcile returned str"):
+        either.once("t", "c2", "mail", b"b", lambda: b"x", reconcile=lambda p: "a str")
+    with pytest.raises(KeyError):
+        either.once("t", "c2", "mail", b"b", lambda: b"x", reconcile=lambda p: {}["k"])
+    assert [p.call_id for p in either.pending_calls("t")] == ["c2"]
+    assert either.once("t", "c2", "mail", b"b", lambda: b"receipt-2", reconcile=reconcile) == (
+        b"receipt-2"
+    )
+    assert asked == [("c1", "mail", b"a"), ("c2", "mail", b"b")]
+    assert either.pending_calls("t") == []
+    # A finished call never asks reconcile.
+    assert either.once("t", "c2", "mail", b"b", never, reconcile=never) == b"receipt-2"
+
+
+def test_latest_info_follows_commits_forks_and_deletes(either):
+    """``latest_info`` names the checkpoint ``load_latest`` returns, without its state."""
+    assert either.latest_info("t") is None
+    for n in range(1, 4):
+        assert either.commit("t", {"set": {"n": n}}) == n
+        info, cp = either.latest_info("t"), either.load_latest("t")
+        assert (info.seq, info.created_at_ms) == (cp.seq, cp.created_at_ms)
+    assert either.fork("t", 3, "f") == 1
+    assert either.latest_info("f").forked_from == ("t", 3)
+    either.delete_task("t")
+    assert either.latest_info("t") is None
+    with pytest.raises(agentwal.InvalidArgumentError):
+        either.latest_info("")
+
+
 def _script(store):
     """One program over the shared API; returns what it observed (no timestamps or sizes,
     which differ by design between the backends)."""
