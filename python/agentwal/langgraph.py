@@ -441,23 +441,10 @@ class AgentwalSaver(BaseCheckpointSaver[str]):
         checkpoint = self.serde.loads_typed(entry.checkpoint)
         values: Dict[str, Any] = {}
         for channel, version in checkpoint["channel_versions"].items():
-            blob = idx.blobs.get((channel, version))
-            if blob is None or blob[0] == "empty":
-                continue
-            if blob[0] == _LIST:
-                items = idx.items(channel, version)
-                if items is None:
-                    raise ValueError(
-                        f"channel {channel!r} version {version!r}: a base of its list is missing"
-                    )
-                values[channel] = [self.serde.loads_typed(i) for i in items]
-            else:
-                values[channel] = self.serde.loads_typed(blob)
-        writes = idx.writes.get(cid, {})
-        pending = [
-            (w[0], w[1], self.serde.loads_typed(w[2]))
-            for _, w in sorted(writes.items(), key=lambda kv: writes_sort_key(kv[1][3], *kv[0]))
-        ]
+            found, value = self._value(idx, channel, version)
+            if found:
+                values[channel] = value
+        pending = self._pending(idx, cid)
         return CheckpointTuple(
             config=config
             or {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": cid}},
@@ -476,6 +463,30 @@ class AgentwalSaver(BaseCheckpointSaver[str]):
             ),
             pending_writes=pending,
         )
+
+    def _value(self, idx: _TaskIndex, channel: str, version: Any) -> Tuple[bool, Any]:
+        """``(True, value)`` of the blob ``(channel, version)``; ``(False, None)`` if there is
+        none or it is empty."""
+        blob = idx.blobs.get((channel, version))
+        if blob is None or blob[0] == "empty":
+            return False, None
+        if blob[0] != _LIST:
+            return True, self.serde.loads_typed(blob)
+        items = idx.items(channel, version)
+        if items is None:
+            raise ValueError(
+                f"channel {channel!r} version {version!r}: a base of its list is missing"
+            )
+        return True, [self.serde.loads_typed(i) for i in items]
+
+    def _pending(self, idx: _TaskIndex, cid: str) -> List[Tuple[str, str, Any]]:
+        """The writes stored at checkpoint ``cid``, as ``(task_id, channel, value)``, in
+        ``writes_sort_key`` order."""
+        writes = idx.writes.get(cid, {})
+        return [
+            (w[0], w[1], self.serde.loads_typed(w[2]))
+            for _, w in sorted(writes.items(), key=lambda kv: writes_sort_key(kv[1][3], *kv[0]))
+        ]
 
     # -- the saver interface -----------------------------------------------------------
 
@@ -554,6 +565,57 @@ class AgentwalSaver(BaseCheckpointSaver[str]):
                     continue
                 out.append(self._tuple(idx, thread_id, ns, cid, metadata=metadata))
             return out
+
+    def get_delta_channel_history(
+        self, *, config: RunnableConfig, channels: Sequence[str]
+    ) -> Dict[str, Dict[str, Any]]:
+        """For each of ``channels`` (DeltaChannel support, beta in LangGraph): the writes to
+        it along the parent chain of ``config``'s checkpoint (its newest if no id), oldest
+        first, back to the nearest ancestor that stores a value of it, returned as ``seed``
+        (absent if the walk reaches the root first). The ancestors are walked once for all
+        channels, in the saver's index (validated against the store first), with no read
+        per ancestor; a seed ancestor's own writes are included (they made its child)."""
+        if isinstance(channels, str):
+            raise TypeError("channels must be a sequence of channel names, not one str")
+        if not channels:
+            return {}
+        thread_id = _thread_id_of(config)
+        ns = _ns_of(config)
+        task = _task_name(thread_id, ns)
+        collected: Dict[str, List[Tuple[str, str, Any]]] = {c: [] for c in channels}
+        seeds: Dict[str, Any] = {}
+        remaining = set(channels)
+        with self._locked([task]):
+            idx = self._task(task)
+            cid = get_checkpoint_id(config) or max(idx.cps, default=None)
+            target = idx.cps.get(cid) if cid else None
+            current = target.parent if target is not None else None
+            seen = set()
+            while current is not None and remaining and current not in seen:
+                seen.add(current)
+                entry = idx.cps.get(current)
+                if entry is None:  # pruned or never stored: the chain ends here
+                    break
+                versions = self.serde.loads_typed(entry.checkpoint).get("channel_versions", {})
+                here = {}
+                for ch in remaining:
+                    if ch in versions:
+                        found, value = self._value(idx, ch, versions[ch])
+                        if found:
+                            here[ch] = value
+                for write in reversed(self._pending(idx, current)):
+                    if write[1] in remaining:
+                        collected[write[1]].append(write)
+                for ch, value in here.items():
+                    seeds[ch] = value
+                    remaining.discard(ch)
+                current = entry.parent
+        out: Dict[str, Dict[str, Any]] = {}
+        for ch in channels:
+            out[ch] = {"writes": list(reversed(collected[ch]))}
+            if ch in seeds:
+                out[ch]["seed"] = seeds[ch]
+        return out
 
     def put(
         self,
@@ -789,6 +851,14 @@ class AgentwalSaver(BaseCheckpointSaver[str]):
     async def aget_tuple(self, config: RunnableConfig) -> Optional[CheckpointTuple]:
         """:meth:`get_tuple` in a worker thread."""
         return await asyncio.to_thread(self.get_tuple, config)
+
+    async def aget_delta_channel_history(
+        self, *, config: RunnableConfig, channels: Sequence[str]
+    ) -> Dict[str, Dict[str, Any]]:
+        """:meth:`get_delta_channel_history` in a worker thread."""
+        return await asyncio.to_thread(
+            lambda: self.get_delta_channel_history(config=config, channels=channels)
+        )
 
     async def alist(
         self,
