@@ -16,6 +16,7 @@
 mod api;
 #[cfg(feature = "tokio")]
 mod async_api;
+mod commit;
 mod conn;
 mod import;
 mod inspect;

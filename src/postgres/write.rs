@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use tokio::time::{Instant, sleep, timeout_at};
 use tokio_postgres::types::Type;
-use tokio_postgres::{Client, Transaction};
+use tokio_postgres::{Client, GenericClient};
 
 use super::conn::{Attempt, Fail, RETRY_PAUSE, RowExt, Shared, deadline_error, definite, pg_error};
 use super::resolve::{Resolution, resolve_on};
@@ -251,20 +251,36 @@ fn indeterminate(task: &str, id: &str, cause: String) -> Error {
 /// this transaction sees any takeover that committed before it (DESIGN.md §7.13.3).
 /// `epoch` is the writer's lease epoch (`None`: it holds none).
 pub(super) async fn check_fence(
-    tx: &Transaction<'_>,
+    c: &impl GenericClient,
     task: &str,
     epoch: Option<u64>,
 ) -> Attempt<()> {
-    let row = tx
+    judge_fence(task, fence_row(c, task).await?, epoch)
+}
+
+/// The task's lease as the fence check reads it: `(epoch, live)`, locked `FOR SHARE` until
+/// the transaction ends, so that no takeover commits in between. One statement, sent when
+/// the future is first polled (a pipelined commit relies on that order).
+pub(super) async fn fence_row(c: &impl GenericClient, task: &str) -> Attempt<Option<(u64, bool)>> {
+    let row = c
         .query_typed_opt(
             "SELECT epoch, expires_at > clock_timestamp() FROM leases WHERE task = $1 FOR SHARE",
             &[(&task.as_bytes(), Type::BYTEA)],
         )
         .await?;
-    let current = match row {
-        Some(r) => Some((r.col::<i64>(0)? as u64, r.col::<bool>(1)?)),
-        None => None,
-    };
+    match row {
+        Some(r) => Ok(Some((r.col::<i64>(0)? as u64, r.col::<bool>(1)?))),
+        None => Ok(None),
+    }
+}
+
+/// The fence check's verdict on the lease `current` (from [`fence_row`]) for a write
+/// holding `epoch`.
+pub(super) fn judge_fence(
+    task: &str,
+    current: Option<(u64, bool)>,
+    epoch: Option<u64>,
+) -> Attempt<()> {
     let ok = match (current, epoch) {
         (None, None) => true,
         (Some((_, live)), None) => !live,
@@ -285,13 +301,13 @@ pub(super) async fn check_fence(
 /// committed, if any). If `resolve` already declared the id not landed, the insert fails
 /// and the transaction with it.
 pub(super) async fn record_write(
-    tx: &Transaction<'_>,
+    c: &impl GenericClient,
     id: &str,
     task: &str,
     seq: Option<u64>,
 ) -> Attempt<()> {
     let seq = seq.map(|s| s as i64);
-    tx.query_typed(
+    c.query_typed(
         "INSERT INTO writes (write_id, task, seq, landed) VALUES ($1, $2, $3, true)",
         &[
             (&id, Type::TEXT),

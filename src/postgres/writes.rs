@@ -1,38 +1,24 @@
-//! The writes: commit, commit_if, fork, delete and the tool-call journal, each one
+//! The writes but commits (`commit.rs`): fork, delete and the tool-call journal, each one
 //! transaction that checks the fence first, locks the task's row, and records its write id
-//! (DESIGN.md §7.13.2).
+//! (DESIGN.md §7.13.2); and the statements commits share with them.
 
 use tokio_postgres::types::Type;
-use tokio_postgres::{Client, Transaction};
+use tokio_postgres::{GenericClient, Transaction};
 
 use super::PgStore;
 use super::conn::{Attempt, Fail, RowExt};
-use super::load::{TASK_COLUMNS, TaskRow, fold, task_row};
+use super::load::{TASK_COLUMNS, TaskRow, task_row};
 use super::write::{check_fence, record_write};
 use crate::error::{Error, Result};
 use crate::state::State;
 use crate::store::codec;
-use crate::store::policy::{SnapshotCounters, snapshot_due};
+use crate::store::policy::SnapshotCounters;
 use crate::store::{
     CALL_ID_BYTES_MAX, TASK_ID_BYTES_MAX, TOOL_NAME_BYTES_MAX, now_ms, validate_id,
 };
 
-/// How one commit attempt ended.
-enum Committed {
-    /// At this seq.
-    Seq(u64),
-    /// Rolled back: a snapshot is due after `latest` and none was prepared for it.
-    NeedsSnapshot { latest: u64 },
-}
-
-/// A snapshot encoded before the transaction: the state after the delta, on top of `base`.
-struct Prepared {
-    base: u64,
-    bytes: Vec<u8>,
-}
-
 /// Locks the task's row for the rest of the transaction; `None` if the task does not exist.
-async fn lock_task(tx: &Transaction<'_>, task: &str) -> Attempt<Option<TaskRow>> {
+pub(super) async fn lock_task(tx: &Transaction<'_>, task: &str) -> Attempt<Option<TaskRow>> {
     let sql = format!("SELECT {TASK_COLUMNS} FROM tasks t WHERE task = $1 FOR UPDATE");
     let row = tx
         .query_typed_opt(&sql, &[(&task.as_bytes(), Type::BYTEA)])
@@ -42,7 +28,7 @@ async fn lock_task(tx: &Transaction<'_>, task: &str) -> Attempt<Option<TaskRow>>
 
 /// Locks the task's row for the rest of the transaction, creating it (empty) first if it
 /// does not exist (a rollback removes it again).
-async fn lock_or_create_task(tx: &Transaction<'_>, task: &str) -> Attempt<TaskRow> {
+pub(super) async fn lock_or_create_task(tx: &Transaction<'_>, task: &str) -> Attempt<TaskRow> {
     if let Some(row) = lock_task(tx, task).await? {
         return Ok(row);
     }
@@ -62,13 +48,13 @@ async fn lock_or_create_task(tx: &Transaction<'_>, task: &str) -> Attempt<TaskRo
 }
 
 /// The columns one new checkpoint sets.
-struct NewCheckpoint<'a> {
-    seq: u64,
-    created_at_ms: u64,
-    schema_version: u32,
-    snapshot: bool,
-    body: &'a [u8],
-    origin: Option<(&'a str, u64)>,
+pub(super) struct NewCheckpoint<'a> {
+    pub seq: u64,
+    pub created_at_ms: u64,
+    pub schema_version: u32,
+    pub snapshot: bool,
+    pub body: &'a [u8],
+    pub origin: Option<(&'a str, u64)>,
 }
 
 /// Inserts the checkpoint and moves the task's row to it (seq and snapshot counters).
@@ -79,11 +65,23 @@ async fn insert_checkpoint(
     before: &TaskRow,
     cp: &NewCheckpoint<'_>,
 ) -> Attempt<()> {
+    insert_row(tx, id, task, cp).await?;
+    update_task(tx, task, before, cp).await
+}
+
+/// Inserts the checkpoint's row: one statement, sent when the future is first polled (a
+/// pipelined commit relies on that order).
+pub(super) async fn insert_row(
+    c: &impl GenericClient,
+    id: &str,
+    task: &str,
+    cp: &NewCheckpoint<'_>,
+) -> Attempt<()> {
     let (origin_task, origin_seq) = match cp.origin {
         Some((t, s)) => (Some(t.as_bytes()), Some(s as i64)),
         None => (None, None),
     };
-    tx.query_typed(
+    c.query_typed(
         "INSERT INTO checkpoints (task, seq, created_at_ms, schema_version, snapshot, body,
              origin_task, origin_seq, write_id)
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
@@ -100,6 +98,17 @@ async fn insert_checkpoint(
         ],
     )
     .await?;
+    Ok(())
+}
+
+/// Moves the task's row (`before`) to checkpoint `cp`: its seq, time, snapshot counters
+/// and schema versions. One statement, sent when the future is first polled.
+pub(super) async fn update_task(
+    c: &impl GenericClient,
+    task: &str,
+    before: &TaskRow,
+    cp: &NewCheckpoint<'_>,
+) -> Attempt<()> {
     let version = cp.schema_version as i32;
     let (after, versions) = match cp.snapshot {
         true => {
@@ -123,7 +132,7 @@ async fn insert_checkpoint(
             (counters, versions)
         }
     };
-    tx.query_typed(
+    c.query_typed(
         "UPDATE tasks SET latest_seq = $2, latest_created_at_ms = $3, snapshot_bytes = $4,
              deltas_since_snapshot = $5, delta_bytes_since_snapshot = $6,
              versions_since_snapshot = $7
@@ -142,167 +151,7 @@ async fn insert_checkpoint(
     Ok(())
 }
 
-/// Retention: deletes the task's checkpoints below the newest snapshot at or before the
-/// oldest retained seq (the fold base every retained checkpoint needs stays). The oldest
-/// retained seq is the later of the keep-count bound and, with `max_age` (`cutoff_ms`),
-/// the first checkpoint created at or after the cutoff (the latest if none is): one
-/// statement either way.
-async fn prune(
-    tx: &Transaction<'_>,
-    task: &str,
-    latest: u64,
-    keep: Option<u32>,
-    cutoff_ms: Option<u64>,
-) -> Attempt<()> {
-    if keep.is_none() && cutoff_ms.is_none() {
-        return Ok(());
-    }
-    let by_count = keep.map_or(1, |k| (latest + 1).saturating_sub(u64::from(k)).max(1)) as i64;
-    let cutoff = cutoff_ms.map(|c| c.min(i64::MAX as u64) as i64);
-    tx.execute(
-        "DELETE FROM checkpoints WHERE task = $1 AND seq < (
-             SELECT max(seq) FROM checkpoints WHERE task = $1 AND snapshot AND seq <= greatest(
-                 $2::bigint,
-                 CASE WHEN $3::bigint IS NULL THEN 0 ELSE coalesce(
-                     (SELECT min(seq) FROM checkpoints
-                      WHERE task = $1 AND created_at_ms >= $3::bigint), $4::bigint) END))",
-        &[&task.as_bytes(), &by_count, &cutoff, &(latest as i64)],
-    )
-    .await?;
-    Ok(())
-}
-
-/// One attempt at a commit, in one transaction.
-#[allow(clippy::too_many_arguments)]
-async fn commit_attempt(
-    c: &mut Client,
-    id: &str,
-    task: &str,
-    epoch: Option<u64>,
-    expected: Option<u64>,
-    delta: &[u8],
-    prepared: Option<&Prepared>,
-    version: u32,
-    snapshot_every: u32,
-    keep: Option<u32>,
-    max_age: Option<std::time::Duration>,
-) -> Attempt<Committed> {
-    let tx = c.transaction().await?;
-    check_fence(&tx, task, epoch).await?;
-    let row = lock_or_create_task(&tx, task).await?;
-    let latest = row.latest_seq;
-    if let Some(expected) = expected
-        && expected != latest
-    {
-        return Err(Fail::Api(Error::Conflict {
-            task: task.to_string(),
-            expected,
-            actual: latest,
-        }));
-    }
-    // A history written under another schema version is rebuilt (through the migration
-    // hooks, refusing the commit if it cannot be read) and snapshotted first (§7.6).
-    let due = snapshot_due(row.counters, delta.len() as u64, snapshot_every)
-        || row.foreign_schema(version);
-    let body = match (due, prepared) {
-        (false, _) => None,
-        (true, Some(p)) if p.base == latest => Some(p.bytes.as_slice()),
-        // Another writer moved the task since the snapshot was prepared: the delta goes in
-        // and the snapshot stays due for the next commit.
-        (true, Some(_)) => None,
-        (true, None) => return Ok(Committed::NeedsSnapshot { latest }),
-    };
-    let seq = latest + 1;
-    record_write(&tx, id, task, Some(seq)).await?;
-    let cp = NewCheckpoint {
-        seq,
-        // Never earlier than the previous checkpoint, as in the local store.
-        created_at_ms: now_ms().max(row.latest_created_at_ms),
-        schema_version: version,
-        snapshot: body.is_some(),
-        body: body.unwrap_or(delta),
-        origin: None,
-    };
-    insert_checkpoint(&tx, id, task, &row, &cp).await?;
-    let cutoff_ms = max_age.map(|age| {
-        let age = age.as_millis().min(u128::from(u64::MAX)) as u64;
-        now_ms().saturating_sub(age)
-    });
-    prune(&tx, task, seq, keep, cutoff_ms).await?;
-    tx.commit().await?;
-    Ok(Committed::Seq(seq))
-}
-
 impl<S: State> PgStore<S> {
-    /// Commits `delta` as the task's next checkpoint and returns its seq (see
-    /// [`Store::commit`](crate::Store::commit)). Durable when it returns, as far as the
-    /// server's `synchronous_commit` promises (DESIGN.md §7.13.5).
-    pub fn commit(&self, task: &str, delta: &S::Delta) -> Result<u64> {
-        self.commit_inner(task, None, delta)
-    }
-
-    /// Like [`commit`](Self::commit), but only if the task's latest seq is `expected_seq`
-    /// (0: the task must not exist); otherwise [`Error::Conflict`].
-    pub fn commit_if(&self, task: &str, expected_seq: u64, delta: &S::Delta) -> Result<u64> {
-        self.commit_inner(task, Some(expected_seq), delta)
-    }
-
-    fn commit_inner(&self, task: &str, expected: Option<u64>, delta: &S::Delta) -> Result<u64> {
-        validate_id("task id", task, TASK_ID_BYTES_MAX)?;
-        // Values are encoded before any transaction begins.
-        let delta_bytes = codec::encode(delta)?;
-        let epoch = self.epoch_for(task);
-        let o = &self.shared.options;
-        let mut prepared = None;
-        loop {
-            let outcome = self.shared.run_write(
-                "committing a checkpoint",
-                task,
-                |seq| Committed::Seq(seq.unwrap_or(0)),
-                async |c, id| {
-                    commit_attempt(
-                        c,
-                        id,
-                        task,
-                        epoch,
-                        expected,
-                        &delta_bytes,
-                        prepared.as_ref(),
-                        S::VERSION,
-                        o.snapshot_every,
-                        o.keep_checkpoints,
-                        o.max_age,
-                    )
-                    .await
-                },
-            )?;
-            match outcome {
-                Committed::Seq(seq) => return Ok(seq),
-                // Once only: a second attempt with a prepared snapshot never asks again.
-                Committed::NeedsSnapshot { latest } => {
-                    prepared = Some(self.prepare_snapshot(task, latest, delta)?);
-                }
-            }
-        }
-    }
-
-    /// The state after `delta` on top of checkpoint `base`, encoded as a snapshot.
-    fn prepare_snapshot(&self, task: &str, base: u64, delta: &S::Delta) -> Result<Prepared> {
-        let mut state = match base {
-            0 => S::default(),
-            _ => self
-                .shared
-                .run_read("folding a state to snapshot", async |c| {
-                    Ok(fold::<S>(&*c, task, base).await?.0)
-                })?,
-        };
-        state.apply(delta);
-        Ok(Prepared {
-            base,
-            bytes: codec::encode(&state)?,
-        })
-    }
-
     /// Starts `new_task` from `task`'s state at `seq` (see
     /// [`Store::fork`](crate::Store::fork)).
     pub fn fork(&self, task: &str, seq: u64, new_task: &str) -> Result<u64> {

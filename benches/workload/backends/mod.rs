@@ -15,6 +15,8 @@ pub mod pg_cluster;
 #[cfg(feature = "postgres")]
 mod postgres;
 #[cfg(feature = "postgres")]
+mod postgres_floor;
+#[cfg(feature = "postgres")]
 mod postgres_seed;
 mod sqlite;
 mod sqlite_delta;
@@ -33,6 +35,8 @@ pub use self::fsync_floor_group::FSYNC_FLOOR_GROUP;
 pub use self::okaywal::OKAYWAL;
 #[cfg(feature = "postgres")]
 pub use self::postgres::AGENTWAL_POSTGRES;
+#[cfg(feature = "postgres")]
+pub use self::postgres_floor::POSTGRES_FLOOR;
 #[cfg(feature = "postgres")]
 pub use self::postgres_seed::POSTGRES_SEED;
 pub use self::sqlite_delta::SQLITE_DELTA;
@@ -105,13 +109,18 @@ pub static BY_NAME_ONLY: &[&dyn Backend] = &[
 ];
 
 /// The PostgreSQL suite (`AGENTWAL_BENCH_SUITE=postgres`, built with `--features
-/// postgres`): agentwal on PostgreSQL and `postgres-seed` on one throwaway cluster, with the
-/// local engine beside them.
+/// postgres`): agentwal on PostgreSQL, `postgres-seed` and `postgres-floor` on one
+/// throwaway cluster, with the local engine beside them.
 #[cfg(feature = "postgres")]
-pub static POSTGRES_SUITE: &[&dyn Backend] = &[&AGENTWAL, &AGENTWAL_POSTGRES, &POSTGRES_SEED];
+pub static POSTGRES_SUITE: &[&dyn Backend] = &[
+    &AGENTWAL,
+    &AGENTWAL_POSTGRES,
+    &POSTGRES_SEED,
+    &POSTGRES_FLOOR,
+];
 
 /// The PostgreSQL peers' names, for the note a build without `--features postgres` prints.
-pub const POSTGRES_PEERS: [&str; 2] = ["agentwal-postgres", "postgres-seed"];
+pub const POSTGRES_PEERS: [&str; 3] = ["agentwal-postgres", "postgres-seed", "postgres-floor"];
 
 /// Whether `b` is `other`: backends are told apart by name, which is unique in [`ALL`].
 pub fn is(b: &dyn Backend, other: &dyn Backend) -> bool {
