@@ -5,14 +5,20 @@
 //! written, so the statements reach the server in that order, in one transaction, with no
 //! wait between them; if one fails, the server refuses the rest and `COMMIT` rolls back.
 
-use tokio_postgres::Client;
 use tokio_postgres::types::Type;
 
 use super::PgStore;
-use super::conn::{Attempt, Fail};
-use super::load::{TASK_COLUMNS, TaskRow, fold};
-use super::write::{fence_row, judge_fence, record_write};
-use super::writes::{NewCheckpoint, insert_row, update_task};
+use super::conn::{Attempt, Conn, Fail};
+use super::load::{LOCK_TASK_SQL, TaskRow, fold};
+use super::statements;
+use super::write::{
+    FENCE_SQL, FENCE_TYPES, RECORD_WRITE_SQL, RECORD_WRITE_TYPES, fence_row, judge_fence,
+    record_write,
+};
+use super::writes::{
+    INSERT_CHECKPOINT_SQL, INSERT_CHECKPOINT_TYPES, NewCheckpoint, UPDATE_TASK_SQL,
+    UPDATE_TASK_TYPES, create_task, insert_row, lock_task, update_task,
+};
 use crate::error::{Error, Result};
 use crate::state::State;
 use crate::store::codec;
@@ -46,13 +52,34 @@ struct Attempted<'a> {
     max_age: Option<std::time::Duration>,
 }
 
+/// Retention's statement (see [`prune`]): task, keep-count bound, age cutoff, latest seq.
+const PRUNE_SQL: &str = "DELETE FROM checkpoints WHERE task = $1 AND seq < (
+     SELECT max(seq) FROM checkpoints WHERE task = $1 AND snapshot AND seq <= greatest(
+         $2::bigint,
+         CASE WHEN $3::bigint IS NULL THEN 0 ELSE coalesce(
+             (SELECT min(seq) FROM checkpoints
+              WHERE task = $1 AND created_at_ms >= $3::bigint), $4::bigint) END))";
+
+/// The statements of a commit, prepared once per connection (`statements.rs`).
+const COMMIT_STATEMENTS: &[(&str, &[Type])] = &[
+    (FENCE_SQL, FENCE_TYPES),
+    (LOCK_TASK_SQL, &[Type::BYTEA]),
+    (RECORD_WRITE_SQL, RECORD_WRITE_TYPES),
+    (INSERT_CHECKPOINT_SQL, INSERT_CHECKPOINT_TYPES),
+    (UPDATE_TASK_SQL, UPDATE_TASK_TYPES),
+    (
+        PRUNE_SQL,
+        &[Type::BYTEA, Type::INT8, Type::INT8, Type::INT8],
+    ),
+];
+
 /// Retention: deletes the task's checkpoints below the newest snapshot at or before the
 /// oldest retained seq (the fold base every retained checkpoint needs stays). The oldest
 /// retained seq is the later of the keep-count bound and, with `max_age` (`cutoff_ms`),
 /// the first checkpoint created at or after the cutoff (the latest if none is): one
 /// statement either way, typed, so that it is sent without a prepare round trip.
 async fn prune(
-    c: &Client,
+    c: &Conn,
     task: &str,
     latest: u64,
     keep: Option<u32>,
@@ -63,13 +90,9 @@ async fn prune(
     }
     let by_count = keep.map_or(1, |k| (latest + 1).saturating_sub(u64::from(k)).max(1)) as i64;
     let cutoff = cutoff_ms.map(|c| c.min(i64::MAX as u64) as i64);
-    c.query_typed(
-        "DELETE FROM checkpoints WHERE task = $1 AND seq < (
-             SELECT max(seq) FROM checkpoints WHERE task = $1 AND snapshot AND seq <= greatest(
-                 $2::bigint,
-                 CASE WHEN $3::bigint IS NULL THEN 0 ELSE coalesce(
-                     (SELECT min(seq) FROM checkpoints
-                      WHERE task = $1 AND created_at_ms >= $3::bigint), $4::bigint) END))",
+    statements::query(
+        c,
+        PRUNE_SQL,
         &[
             (&task.as_bytes(), Type::BYTEA),
             (&by_count, Type::INT8),
@@ -81,10 +104,12 @@ async fn prune(
     Ok(())
 }
 
-/// One attempt at a commit. Whatever does not end in a commit is rolled back before the
-/// connection can go back to the pool (on a broken connection the `ROLLBACK` fails too, and
-/// the connection is dropped).
-async fn commit_attempt(c: &mut Client, id: &str, a: &Attempted<'_>) -> Attempt<Committed> {
+/// One attempt at a commit, on a connection that has prepared the commit's statements
+/// (the first commit on a connection prepares them, before its transaction). Whatever does
+/// not end in a commit is rolled back before the connection can go back to the pool (on a
+/// broken connection the `ROLLBACK` fails too, and the connection is dropped).
+async fn commit_attempt(c: &mut Conn, id: &str, a: &Attempted<'_>) -> Attempt<Committed> {
+    c.prepare_cached(COMMIT_STATEMENTS).await?;
     let out = commit_pipelined(c, id, a).await;
     if !matches!(out, Ok(Committed::Seq(_))) {
         let _ = c.batch_execute("ROLLBACK").await;
@@ -92,19 +117,17 @@ async fn commit_attempt(c: &mut Client, id: &str, a: &Attempted<'_>) -> Attempt<
     out
 }
 
-async fn commit_pipelined(c: &Client, id: &str, a: &Attempted<'_>) -> Attempt<Committed> {
+async fn commit_pipelined(c: &Conn, id: &str, a: &Attempted<'_>) -> Attempt<Committed> {
     let task = a.task;
-    let lock = format!("SELECT {TASK_COLUMNS} FROM tasks t WHERE task = $1 FOR UPDATE");
-    let key = task.as_bytes();
     let (_, fence, locked) = tokio::try_join!(
         async { Ok::<_, Fail>(c.batch_execute("BEGIN").await?) },
         fence_row(c, task),
-        async { Ok::<_, Fail>(c.query_typed_opt(&lock, &[(&key, Type::BYTEA)]).await?) },
+        lock_task(c, task),
     )?;
     judge_fence(task, fence, a.epoch)?;
-    let row = match locked {
-        Some(row) => TaskRow::from_row(&row)?,
-        None => create_task(c, task, &lock).await?,
+    let row: TaskRow = match locked {
+        Some(row) => row,
+        None => create_task(c, task).await?,
     };
     let latest = row.latest_seq;
     if let Some(expected) = a.expected
@@ -150,23 +173,6 @@ async fn commit_pipelined(c: &Client, id: &str, a: &Attempted<'_>) -> Attempt<Co
         async { Ok::<_, Fail>(c.batch_execute("COMMIT").await?) },
     )?;
     Ok(Committed::Seq(seq))
-}
-
-/// Creates the task's row (empty) inside the open transaction and locks it: a first
-/// commit's extra round trips. A concurrent creator's row wins the insert; the select then
-/// waits for it and locks it.
-async fn create_task(c: &Client, task: &str, lock: &str) -> Attempt<TaskRow> {
-    c.query_typed(
-        "INSERT INTO tasks (task, latest_seq, latest_created_at_ms, snapshot_bytes,
-             deltas_since_snapshot, delta_bytes_since_snapshot, versions_since_snapshot)
-         VALUES ($1, 0, 0, 0, 0, 0, '{}') ON CONFLICT (task) DO NOTHING",
-        &[(&task.as_bytes(), Type::BYTEA)],
-    )
-    .await?;
-    let row = c
-        .query_typed_one(lock, &[(&task.as_bytes(), Type::BYTEA)])
-        .await?;
-    TaskRow::from_row(&row)
 }
 
 impl<S: State> PgStore<S> {
@@ -227,7 +233,7 @@ impl<S: State> PgStore<S> {
             _ => self
                 .shared
                 .run_read("folding a state to snapshot", async |c| {
-                    Ok(fold::<S>(&*c, task, base).await?.0)
+                    Ok(fold::<S>(&**c, task, base).await?.0)
                 })?,
         };
         state.apply(delta);

@@ -1,6 +1,7 @@
 //! Connections: the runtime the handle owns, a small pool, deadlines on every call, and
 //! which failures leave a call's outcome known.
 
+use std::collections::HashMap;
 use std::str::FromStr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -8,8 +9,8 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 use tokio::time::{Instant, sleep, timeout_at};
-use tokio_postgres::types::FromSql;
-use tokio_postgres::{AsyncMessage, Client, Config, NoTls, Row};
+use tokio_postgres::types::{FromSql, Type};
+use tokio_postgres::{AsyncMessage, Client, Config, NoTls, Row, Statement};
 
 use super::PgOptions;
 use crate::error::{Error, Result};
@@ -93,9 +94,31 @@ impl RowExt for Row {
 pub(super) struct Conn {
     client: Client,
     sync_rep_cancels: Arc<AtomicU64>,
+    /// The statements prepared on this connection, by their text (`statements.rs`).
+    statements: Mutex<HashMap<&'static str, Statement>>,
 }
 
 impl Conn {
+    /// `sql` as prepared on this connection, if it is.
+    pub fn cached(&self, sql: &str) -> Option<Statement> {
+        self.statements.lock().get(sql).cloned()
+    }
+
+    /// Prepares each of `statements` (text and parameter types) that this connection has
+    /// not prepared yet: one round trip each, once per connection.
+    pub async fn prepare_cached(
+        &self,
+        statements: &[(&'static str, &[Type])],
+    ) -> std::result::Result<(), tokio_postgres::Error> {
+        for &(sql, types) in statements {
+            if self.cached(sql).is_none() {
+                let stmt = self.client.prepare_typed(sql, types).await?;
+                self.statements.lock().insert(sql, stmt);
+            }
+        }
+        Ok(())
+    }
+
     /// The count of cancelled waits for the standby so far: a write compares it before
     /// and after its COMMIT.
     pub fn sync_rep_cancels(&self) -> u64 {
@@ -230,6 +253,7 @@ impl Shared {
         Ok(Conn {
             client,
             sync_rep_cancels,
+            statements: Mutex::new(HashMap::new()),
         })
     }
 
@@ -261,7 +285,7 @@ impl Shared {
     pub fn run_read<T>(
         &self,
         context: &str,
-        f: impl AsyncFn(&mut Client) -> Attempt<T>,
+        f: impl AsyncFn(&mut Conn) -> Attempt<T>,
     ) -> Result<T> {
         let deadline = self.deadline();
         self.block_on(async {

@@ -29,11 +29,26 @@ pub(super) struct TaskRow {
     pub versions: Vec<i32>,
 }
 
+/// The columns `TaskRow::from_row` reads, in its order (a macro, so that whole statements
+/// holding them can be `const`s).
+macro_rules! task_columns {
+    () => {
+        "latest_seq, latest_created_at_ms, snapshot_bytes, \
+         deltas_since_snapshot, delta_bytes_since_snapshot, \
+         (SELECT coalesce(min(c.seq), 0) FROM checkpoints c WHERE c.task = t.task), \
+         versions_since_snapshot"
+    };
+}
+
 /// The columns `TaskRow::from_row` reads, in its order.
-pub(super) const TASK_COLUMNS: &str = "latest_seq, latest_created_at_ms, snapshot_bytes, \
-     deltas_since_snapshot, delta_bytes_since_snapshot, \
-     (SELECT coalesce(min(c.seq), 0) FROM checkpoints c WHERE c.task = t.task), \
-     versions_since_snapshot";
+pub(super) const TASK_COLUMNS: &str = task_columns!();
+
+/// Locks the task's row for the rest of the transaction and reads it; `$1`: the task.
+pub(super) const LOCK_TASK_SQL: &str = concat!(
+    "SELECT ",
+    task_columns!(),
+    " FROM tasks t WHERE task = $1 FOR UPDATE"
+);
 
 impl TaskRow {
     pub fn from_row(row: &Row) -> Attempt<Self> {

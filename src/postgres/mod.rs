@@ -24,6 +24,7 @@ mod lease;
 mod load;
 mod resolve;
 mod schema;
+mod statements;
 mod write;
 mod writes;
 

@@ -6,11 +6,13 @@ use std::cell::Cell;
 use std::hash::{BuildHasher, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use super::statements::{self, Session};
 use tokio::time::{Instant, sleep, timeout_at};
 use tokio_postgres::types::Type;
-use tokio_postgres::{Client, GenericClient};
 
-use super::conn::{Attempt, Fail, RETRY_PAUSE, RowExt, Shared, deadline_error, definite, pg_error};
+use super::conn::{
+    Attempt, Conn, Fail, RETRY_PAUSE, RowExt, Shared, deadline_error, definite, pg_error,
+};
 use super::resolve::{Resolution, resolve_on};
 use crate::error::{Error, Result};
 
@@ -133,7 +135,7 @@ impl Shared {
         context: &str,
         task: &str,
         landed: impl Fn(Option<u64>) -> T,
-        f: impl AsyncFn(&mut Client, &str) -> Attempt<T>,
+        f: impl AsyncFn(&mut Conn, &str) -> Attempt<T>,
     ) -> Result<T> {
         self.writable()?;
         let deadline = self.deadline();
@@ -246,28 +248,30 @@ fn indeterminate(task: &str, id: &str, cause: String) -> Error {
     }
 }
 
+/// The fence check's statement; `$1`: the task.
+pub(super) const FENCE_SQL: &str =
+    "SELECT epoch, expires_at > clock_timestamp() FROM leases WHERE task = $1 FOR SHARE";
+/// The parameter types of [`FENCE_SQL`].
+pub(super) const FENCE_TYPES: &[Type] = &[Type::BYTEA];
+/// Records a write id as landed, in the write's transaction: write id, task, seq.
+pub(super) const RECORD_WRITE_SQL: &str =
+    "INSERT INTO writes (write_id, task, seq, landed) VALUES ($1, $2, $3, true)";
+/// The parameter types of [`RECORD_WRITE_SQL`].
+pub(super) const RECORD_WRITE_TYPES: &[Type] = &[Type::TEXT, Type::BYTEA, Type::INT8];
+
 /// The fence check, first in every write transaction of `task`: the lease row is read
 /// `FOR SHARE`, so a takeover (which updates it) waits for this transaction to end, and
 /// this transaction sees any takeover that committed before it (DESIGN.md §7.13.3).
 /// `epoch` is the writer's lease epoch (`None`: it holds none).
-pub(super) async fn check_fence(
-    c: &impl GenericClient,
-    task: &str,
-    epoch: Option<u64>,
-) -> Attempt<()> {
+pub(super) async fn check_fence(c: &impl Session, task: &str, epoch: Option<u64>) -> Attempt<()> {
     judge_fence(task, fence_row(c, task).await?, epoch)
 }
 
 /// The task's lease as the fence check reads it: `(epoch, live)`, locked `FOR SHARE` until
 /// the transaction ends, so that no takeover commits in between. One statement, sent when
 /// the future is first polled (a pipelined commit relies on that order).
-pub(super) async fn fence_row(c: &impl GenericClient, task: &str) -> Attempt<Option<(u64, bool)>> {
-    let row = c
-        .query_typed_opt(
-            "SELECT epoch, expires_at > clock_timestamp() FROM leases WHERE task = $1 FOR SHARE",
-            &[(&task.as_bytes(), Type::BYTEA)],
-        )
-        .await?;
+pub(super) async fn fence_row(c: &impl Session, task: &str) -> Attempt<Option<(u64, bool)>> {
+    let row = statements::query_opt(c, FENCE_SQL, &[(&task.as_bytes(), Type::BYTEA)]).await?;
     match row {
         Some(r) => Ok(Some((r.col::<i64>(0)? as u64, r.col::<bool>(1)?))),
         None => Ok(None),
@@ -301,14 +305,15 @@ pub(super) fn judge_fence(
 /// committed, if any). If `resolve` already declared the id not landed, the insert fails
 /// and the transaction with it.
 pub(super) async fn record_write(
-    c: &impl GenericClient,
+    c: &impl Session,
     id: &str,
     task: &str,
     seq: Option<u64>,
 ) -> Attempt<()> {
     let seq = seq.map(|s| s as i64);
-    c.query_typed(
-        "INSERT INTO writes (write_id, task, seq, landed) VALUES ($1, $2, $3, true)",
+    statements::query(
+        c,
+        RECORD_WRITE_SQL,
         &[
             (&id, Type::TEXT),
             (&task.as_bytes(), Type::BYTEA),

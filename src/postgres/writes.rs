@@ -2,12 +2,13 @@
 //! transaction that checks the fence first, locks the task's row, and records its write id
 //! (DESIGN.md §7.13.2); and the statements commits share with them.
 
+use tokio_postgres::Transaction;
 use tokio_postgres::types::Type;
-use tokio_postgres::{GenericClient, Transaction};
 
 use super::PgStore;
 use super::conn::{Attempt, Fail, RowExt};
-use super::load::{TASK_COLUMNS, TaskRow, task_row};
+use super::load::{LOCK_TASK_SQL, TaskRow, task_row};
+use super::statements::{self, Session};
 use super::write::{check_fence, record_write};
 use crate::error::{Error, Result};
 use crate::state::State;
@@ -18,34 +19,72 @@ use crate::store::{
 };
 
 /// Locks the task's row for the rest of the transaction; `None` if the task does not exist.
-pub(super) async fn lock_task(tx: &Transaction<'_>, task: &str) -> Attempt<Option<TaskRow>> {
-    let sql = format!("SELECT {TASK_COLUMNS} FROM tasks t WHERE task = $1 FOR UPDATE");
-    let row = tx
-        .query_typed_opt(&sql, &[(&task.as_bytes(), Type::BYTEA)])
-        .await?;
+pub(super) async fn lock_task(c: &impl Session, task: &str) -> Attempt<Option<TaskRow>> {
+    let row = statements::query_opt(c, LOCK_TASK_SQL, &[(&task.as_bytes(), Type::BYTEA)]).await?;
     row.as_ref().map(TaskRow::from_row).transpose()
 }
 
 /// Locks the task's row for the rest of the transaction, creating it (empty) first if it
 /// does not exist (a rollback removes it again).
-pub(super) async fn lock_or_create_task(tx: &Transaction<'_>, task: &str) -> Attempt<TaskRow> {
-    if let Some(row) = lock_task(tx, task).await? {
-        return Ok(row);
+pub(super) async fn lock_or_create_task(c: &impl Session, task: &str) -> Attempt<TaskRow> {
+    match lock_task(c, task).await? {
+        Some(row) => Ok(row),
+        None => create_task(c, task).await,
     }
-    // A concurrent creator's row wins the insert; the select then waits for it and locks it.
-    tx.query_typed(
+}
+
+/// Creates the task's row (empty) inside the open transaction and locks it. A concurrent
+/// creator's row wins the insert; the select then waits for it and locks it.
+pub(super) async fn create_task(c: &impl Session, task: &str) -> Attempt<TaskRow> {
+    statements::query(
+        c,
         "INSERT INTO tasks (task, latest_seq, latest_created_at_ms, snapshot_bytes,
              deltas_since_snapshot, delta_bytes_since_snapshot, versions_since_snapshot)
          VALUES ($1, 0, 0, 0, 0, 0, '{}') ON CONFLICT (task) DO NOTHING",
         &[(&task.as_bytes(), Type::BYTEA)],
     )
     .await?;
-    let sql = format!("SELECT {TASK_COLUMNS} FROM tasks t WHERE task = $1 FOR UPDATE");
-    let row = tx
-        .query_typed_one(&sql, &[(&task.as_bytes(), Type::BYTEA)])
-        .await?;
-    TaskRow::from_row(&row)
+    match lock_task(c, task).await? {
+        Some(row) => Ok(row),
+        None => Err(super::load::inconsistent(
+            task,
+            "its row vanished between its insert and its lock".into(),
+        )),
+    }
 }
+
+/// Inserts a checkpoint's row: task, seq, created_at_ms, schema_version, snapshot, body,
+/// origin_task, origin_seq, write_id.
+pub(super) const INSERT_CHECKPOINT_SQL: &str = "INSERT INTO checkpoints (task, seq,
+     created_at_ms, schema_version, snapshot, body, origin_task, origin_seq, write_id)
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)";
+/// The parameter types of [`INSERT_CHECKPOINT_SQL`].
+pub(super) const INSERT_CHECKPOINT_TYPES: &[Type] = &[
+    Type::BYTEA,
+    Type::INT8,
+    Type::INT8,
+    Type::INT4,
+    Type::BOOL,
+    Type::BYTEA,
+    Type::BYTEA,
+    Type::INT8,
+    Type::TEXT,
+];
+/// Moves a task's row to its new latest checkpoint: task, then seq, time, counters and
+/// schema versions.
+pub(super) const UPDATE_TASK_SQL: &str = "UPDATE tasks SET latest_seq = $2,
+     latest_created_at_ms = $3, snapshot_bytes = $4, deltas_since_snapshot = $5,
+     delta_bytes_since_snapshot = $6, versions_since_snapshot = $7 WHERE task = $1";
+/// The parameter types of [`UPDATE_TASK_SQL`].
+pub(super) const UPDATE_TASK_TYPES: &[Type] = &[
+    Type::BYTEA,
+    Type::INT8,
+    Type::INT8,
+    Type::INT8,
+    Type::INT4,
+    Type::INT8,
+    Type::INT4_ARRAY,
+];
 
 /// The columns one new checkpoint sets.
 pub(super) struct NewCheckpoint<'a> {
@@ -72,7 +111,7 @@ async fn insert_checkpoint(
 /// Inserts the checkpoint's row: one statement, sent when the future is first polled (a
 /// pipelined commit relies on that order).
 pub(super) async fn insert_row(
-    c: &impl GenericClient,
+    c: &impl Session,
     id: &str,
     task: &str,
     cp: &NewCheckpoint<'_>,
@@ -81,10 +120,9 @@ pub(super) async fn insert_row(
         Some((t, s)) => (Some(t.as_bytes()), Some(s as i64)),
         None => (None, None),
     };
-    c.query_typed(
-        "INSERT INTO checkpoints (task, seq, created_at_ms, schema_version, snapshot, body,
-             origin_task, origin_seq, write_id)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+    statements::query(
+        c,
+        INSERT_CHECKPOINT_SQL,
         &[
             (&task.as_bytes(), Type::BYTEA),
             (&(cp.seq as i64), Type::INT8),
@@ -104,7 +142,7 @@ pub(super) async fn insert_row(
 /// Moves the task's row (`before`) to checkpoint `cp`: its seq, time, snapshot counters
 /// and schema versions. One statement, sent when the future is first polled.
 pub(super) async fn update_task(
-    c: &impl GenericClient,
+    c: &impl Session,
     task: &str,
     before: &TaskRow,
     cp: &NewCheckpoint<'_>,
@@ -132,11 +170,9 @@ pub(super) async fn update_task(
             (counters, versions)
         }
     };
-    c.query_typed(
-        "UPDATE tasks SET latest_seq = $2, latest_created_at_ms = $3, snapshot_bytes = $4,
-             deltas_since_snapshot = $5, delta_bytes_since_snapshot = $6,
-             versions_since_snapshot = $7
-         WHERE task = $1",
+    statements::query(
+        c,
+        UPDATE_TASK_SQL,
         &[
             (&task.as_bytes(), Type::BYTEA),
             (&(cp.seq as i64), Type::INT8),
@@ -158,7 +194,9 @@ impl<S: State> PgStore<S> {
         validate_id("task id", new_task, TASK_ID_BYTES_MAX)?;
         let Some(source) = self.load(task, seq)? else {
             let exists = self.shared.run_read("forking a task", async |c| {
-                Ok(task_row(&*c, task).await?.is_some_and(|r| r.latest_seq > 0))
+                Ok(task_row(&**c, task)
+                    .await?
+                    .is_some_and(|r| r.latest_seq > 0))
             })?;
             return Err(match exists {
                 false => Error::UnknownTask {
