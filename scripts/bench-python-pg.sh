@@ -55,6 +55,9 @@ if [ -z "${AGENTWAL_PG_HOST:-}" ] && [ -z "${AGENTWAL_PG_URL:-}" ]; then
     fi
     eval "$cluster_env"
     trap 'bash scripts/pg-cluster.sh stop "$AGENTWAL_PG_HOST"' EXIT
+    # Ours to reconfigure: the diagnostic pass may turn tracking on (never on a server
+    # handed in through AGENTWAL_PG_HOST or AGENTWAL_PG_URL).
+    export AGENTWAL_BENCH_OWN_CLUSTER=1
     # pg_stat_statements for the statement counts of the diagnostic pass (tracking is off
     # while timing: the bench turns it on around that pass only). Needs a restart.
     if [ -f "$AGENTWAL_PG_BIN/../lib/pg_stat_statements.so" ]; then

@@ -473,8 +473,9 @@ def _timed(saver: Any, calls: Dict[str, List[Tuple[float, float]]]) -> None:
 def diagnose() -> Tuple[Dict[str, bool], Dict[str, Dict[str, Any]]]:
     """One STEPS-step thread per saver: the saver's own calls, timed in this process; the
     server's transactions, WAL (with its write and fsync times if ``track_wal_io_timing``
-    is or can be turned on) and, with pg_stat_statements, statements, per step. Settings this
-    turns on (when off: the throwaway cluster's) are reset afterwards."""
+    is on, or can be) and, with pg_stat_statements, statements, per step. Settings are
+    turned on (and reset afterwards) only on the throwaway cluster bench-python-pg.sh
+    started (``AGENTWAL_BENCH_OWN_CLUSTER=1``), never on a server that was handed in."""
     have = {"pgss": _pgss(), "io_timing": _setting("track_wal_io_timing") == "on"}
     on: Dict[str, Optional[str]] = {}
     if have["pgss"] and _setting("pg_stat_statements.track") == "none":
@@ -488,7 +489,7 @@ def diagnose() -> Tuple[Dict[str, bool], Dict[str, Dict[str, Any]]]:
         try:
             saver = s.open(setup=True)
             saver.get_tuple({"configurable": {"thread_id": "warm"}})  # connected, prepared
-            if on:
+            if on and os.environ.get("AGENTWAL_BENCH_OWN_CLUSTER") == "1":
                 try:
                     _alter(on)
                     changed = True
