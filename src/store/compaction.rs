@@ -92,7 +92,9 @@ impl CompactionHooks for Inner {
 }
 
 /// Applies retention to the index and collects the live records for which `sealed`
-/// holds, with the bytes of the checkpoints among them (call records are not sized).
+/// holds, with their bytes: the pass's choice weighs these against the sealed segments'
+/// bytes, so a live record left uncounted looks dead and makes passes that copy it again
+/// and again.
 fn collect_live(inner: &Inner, sealed: &dyn Fn(RecordPos) -> bool) -> (Vec<RecordPos>, u64) {
     let o = &inner.options;
     let (keep, max_age_ms) = (o.keep_checkpoints, o.max_age.map(|d| d.as_millis() as u64));
@@ -114,7 +116,16 @@ fn collect_live(inner: &Inner, sealed: &dyn Fn(RecordPos) -> bool) -> (Vec<Recor
         }
         for call in data.calls.all().filter(|c| c.records_stay()) {
             let records = std::iter::once(call.begin).chain(call.finish);
+            let (before, all) = (positions.len(), 1 + usize::from(call.finish.is_some()));
             positions.extend(records.filter(|p| sealed(*p)));
+            // The index sizes a call's two records together: counted when both are sealed
+            // (a begin alone, if pending). One whose finish is still in the active segment
+            // is left out: counting it whole could make more bytes live than the sealed
+            // segments hold, and hide the dead ones (a forced pass of one sealed segment
+            // runs only if something in it is dead).
+            if positions.len() - before == all {
+                bytes += u64::from(call.bytes);
+            }
         }
     });
     (positions, bytes)
@@ -225,4 +236,43 @@ pub(crate) fn spawn_background(inner: Weak<Inner>) -> Option<Periodic> {
         }
         ControlFlow::Continue(())
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::collect_live;
+    use crate::{AgentDelta, Options, Store};
+
+    /// A store whose bytes are mostly a tool-call journal: every call record is live, so
+    /// the live bytes a pass weighs must hold them, or the journal looks dead.
+    #[test]
+    fn live_bytes_count_the_call_journal() {
+        let dir = tempfile::tempdir().unwrap();
+        let options = Options {
+            auto_compact: false,
+            ..Options::default()
+        };
+        let store: Store = Store::open_with(dir.path(), options).unwrap();
+        let result = vec![7u8; 4096];
+        for i in 0..50 {
+            let id = format!("call-{i}");
+            store.begin_call("journal", &id, "tool", b"args").unwrap();
+            store.finish_call("journal", &id, &result).unwrap();
+        }
+        store
+            .begin_call("journal", "pending", "tool", &[1u8; 8192])
+            .unwrap();
+        store
+            .commit("t", &AgentDelta::default().set("k", 1))
+            .unwrap();
+        let (positions, bytes) = collect_live(&store.inner, &|_| true);
+        assert_eq!(positions.len(), 50 * 2 + 1 + 1);
+        assert!(bytes >= 50 * 4096 + 8192, "live bytes {bytes}");
+        let stats = store.stats();
+        assert!(
+            bytes <= stats.bytes_written,
+            "{bytes} > {}",
+            stats.bytes_written
+        );
+    }
 }

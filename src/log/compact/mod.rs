@@ -30,8 +30,8 @@ pub trait CompactionHooks {
     /// The lock every reader of positions holds shared while it resolves and reads them,
     /// and every appender holds shared from its append until the record is indexed.
     fn positions_lock(&self) -> &RwLock<()>;
-    /// Applies retention and returns the live records for which `sealed` holds, and the
-    /// bytes of those whose size it knows.
+    /// Applies retention and returns the live records for which `sealed` holds, and their
+    /// bytes (never fewer than they take: bytes left out would count as dead).
     fn live_records(&self, sealed: &dyn Fn(RecordPos) -> bool) -> (Vec<RecordPos>, u64);
     /// An indexed position for which `vanishes` holds and `moved` has no new place, if
     /// any: a pass never deletes a record the index can still reach.
