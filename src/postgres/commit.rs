@@ -77,7 +77,7 @@ const COMMIT_STATEMENTS: &[(&str, &[Type])] = &[
 /// oldest retained seq (the fold base every retained checkpoint needs stays). The oldest
 /// retained seq is the later of the keep-count bound and, with `max_age` (`cutoff_ms`),
 /// the first checkpoint created at or after the cutoff (the latest if none is): one
-/// statement either way, typed, so that it is sent without a prepare round trip.
+/// statement either way.
 async fn prune(
     c: &Conn,
     task: &str,
@@ -117,6 +117,8 @@ async fn commit_attempt(c: &mut Conn, id: &str, a: &Attempted<'_>) -> Attempt<Co
     out
 }
 
+/// The attempt's transaction: two pipelined groups of statements (the module's doc), with
+/// the checks and the snapshot decision between them.
 async fn commit_pipelined(c: &Conn, id: &str, a: &Attempted<'_>) -> Attempt<Committed> {
     let task = a.task;
     let (_, fence, locked) = tokio::try_join!(
