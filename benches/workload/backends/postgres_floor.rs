@@ -7,10 +7,10 @@
 use std::path::Path;
 
 use plotters::style::RGBColor;
-use tokio_postgres::{Client, Statement};
 
 use super::Backend;
 use super::pg_cluster::{self, Admin};
+use super::postgres_seed::Conn;
 use crate::config::Config;
 use crate::generator::delta_payload;
 use crate::harness::drive;
@@ -22,13 +22,6 @@ pub struct PostgresFloor;
 pub const POSTGRES_FLOOR: PostgresFloor = PostgresFloor;
 
 const INSERT: &str = "INSERT INTO floor (task, seq, body) VALUES ($1, $2, $3)";
-
-/// One worker's connection, its runtime and its prepared statement.
-struct Conn {
-    rt: tokio::runtime::Runtime,
-    client: Client,
-    stmt: Statement,
-}
 
 impl Backend for PostgresFloor {
     fn name(&self) -> &'static str {
@@ -56,13 +49,7 @@ impl Backend for PostgresFloor {
         let times = drive(
             threads,
             cfg.steps,
-            |_| {
-                let (rt, client) = pg_cluster::connect();
-                rt.block_on(client.batch_execute(&format!("SET search_path = {schema}")))
-                    .expect("search_path");
-                let stmt = rt.block_on(client.prepare(INSERT)).expect("prepare");
-                Conn { rt, client, stmt }
-            },
+            |_| Conn::open(&schema, INSERT),
             |conn, task, seq, delta| {
                 let body = postcard::to_allocvec(delta).expect("encode delta");
                 let n = conn

@@ -24,15 +24,17 @@ pub struct PostgresSeed;
 
 pub const POSTGRES_SEED: PostgresSeed = PostgresSeed;
 
-/// One worker's connection, its runtime and its prepared statement.
-struct Conn {
-    rt: tokio::runtime::Runtime,
-    client: Client,
-    stmt: Statement,
+/// One worker's connection, its runtime and its prepared statement (`postgres-floor` uses
+/// it too).
+pub(super) struct Conn {
+    pub rt: tokio::runtime::Runtime,
+    pub client: Client,
+    pub stmt: Statement,
 }
 
 impl Conn {
-    fn open(schema: &str, sql: &str) -> Conn {
+    /// Connects, sets the run's schema and prepares `sql`.
+    pub(super) fn open(schema: &str, sql: &str) -> Conn {
         let (rt, client) = pg_cluster::connect();
         rt.block_on(client.batch_execute(&format!("SET search_path = {schema}")))
             .expect("search_path");
