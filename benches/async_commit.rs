@@ -1,4 +1,4 @@
-//! Issue 17's "must show": async commits on a 2-worker tokio runtime against the blocking
+//! Async commits on a 2-worker tokio runtime against the blocking
 //! API on one OS thread per writer, in one process, side by side.
 //!
 //! - A: 64 tokio tasks on a multi-thread runtime with exactly 2 workers, each committing

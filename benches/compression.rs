@@ -1,7 +1,7 @@
-//! Which codec for format v2's record compression (issue 14 item 5): ratio and speed of
+//! Which codec for format v2's record compression: ratio and speed of
 //! zstd, lz4_flex and snap on the bodies a real store writes. The store under test writes
 //! its bodies uncompressed (`Compression::None`), so that every candidate compresses the
-//! same encoded bodies; the store's own compression (zstd level 1, DESIGN.md §2.8) is
+//! same encoded bodies; the store's own compression (zstd level 1, docs/format.md §8) is
 //! measured by the workload benchmark (`agentwal` against `agentwal-uncompressed`).
 //!
 //! ```text
@@ -15,7 +15,7 @@
 //! For each payload source, the agent steps are committed into a real `Store` (default
 //! `Options` except `SyncMode::Never`: the sync mode changes no record, only the time it
 //! takes; and `Compression::None`), the store is closed, and its log is replayed with `Log::open_with`. Every kind-1
-//! record (a checkpoint) is decoded with a mirror of `CheckpointRec` (DESIGN.md §2.8) to take
+//! record (a checkpoint) is decoded with a mirror of `CheckpointRec` (docs/format.md §8) to take
 //! its body: postcard(`AgentState`) for a snapshot, postcard(`AgentDelta`) for a delta.
 //! Each body is then compressed on its own (one record, one frame: what a per-record codec
 //! id allows) with every candidate, timed single-threaded with reused contexts and buffers.
@@ -42,7 +42,7 @@ use agentwal::log::{Log, LogOptions};
 use agentwal::{AgentDelta, AgentState, Compression, Options, Store, SyncMode, describe_record};
 use serde::Deserialize;
 
-/// Mirror of `src/store/codec.rs`'s `CheckpointRec` (crate-private; DESIGN.md §2.8).
+/// Mirror of `src/store/codec.rs`'s `CheckpointRec` (crate-private; docs/format.md §8).
 #[derive(Deserialize)]
 #[allow(dead_code)]
 struct CheckpointRec<'a> {
@@ -562,11 +562,19 @@ fn run_source(name: &str, recs: &[Rec], log_bytes: u64, dict: Option<&[u8]>, rep
 
 /// The repository's `.md` and `.rs` files, concatenated, cut into `chunk`-byte pieces.
 fn real_text(chunk: usize) -> Vec<Vec<u8>> {
-    common::repo_text(&["DESIGN.md", "README.md", "CHANGELOG.md"])
-        .chunks(chunk)
-        .filter(|c| c.len() == chunk)
-        .map(|c| c.to_vec())
-        .collect()
+    common::repo_text(&[
+        "DESIGN.md",
+        "docs/format.md",
+        "docs/log.md",
+        "docs/store.md",
+        "docs/postgres.md",
+        "README.md",
+        "CHANGELOG.md",
+    ])
+    .chunks(chunk)
+    .filter(|c| c.len() == chunk)
+    .map(|c| c.to_vec())
+    .collect()
 }
 
 fn main() {

@@ -1,4 +1,4 @@
-//! Criterion micro benchmarks of the engine's single-threaded paths (issue 6):
+//! Criterion micro benchmarks of the engine's single-threaded paths:
 //!
 //! - `record`: encode (`payload_crc` + `encode_into` into a reused buffer) and decode
 //!   (`decode`: header checks and checksum) of one log record, payloads of 64 B, 1 KiB,

@@ -1,4 +1,4 @@
-//! Does a rotation onto a recycled segment file (DESIGN.md §2.6) make durable commits
+//! Does a rotation onto a recycled segment file (docs/format.md §6) make durable commits
 //! faster? The same 64-thread `Store::commit` workload (`SyncMode::Always`, default
 //! compression, `segment_bytes` 4 MiB so that it rotates a few times) on
 //!

@@ -77,7 +77,7 @@ fn workload_snapshots() -> Vec<Vec<u8>> {
 
 /// The repository's .md and .rs files, concatenated, in 128 KiB chunks.
 fn real_text() -> Vec<Vec<u8>> {
-    common::repo_text(&["DESIGN.md", "README.md"])
+    common::repo_text(&["DESIGN.md", "docs/format.md", "docs/store.md", "README.md"])
         .chunks(128 << 10)
         .filter(|c| c.len() == 128 << 10)
         .take(16)

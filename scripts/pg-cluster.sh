@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# A throwaway PostgreSQL cluster for the PostgreSQL backend's tests (the recipe of
-# shared/POSTGRES.md): initdb in a temporary directory as the unprivileged `postgres` user,
-# a unix socket in that directory, no TCP port (`listen_addresses = ''`).
+# A throwaway PostgreSQL cluster for the PostgreSQL backend's tests: initdb in a temporary
+# directory as the unprivileged `postgres` user, a unix socket in that directory, no TCP
+# port (`listen_addresses = ''`).
 #
 #   eval "$(scripts/pg-cluster.sh start)"   # exports AGENTWAL_PG_HOST (the socket directory),
 #                                           # AGENTWAL_PG_DATA and AGENTWAL_PG_BIN

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The long crash-safety run (issue 5): at least 1,000,000 crash images, 1,000 kill -9
+# The long crash-safety run: at least 1,000,000 crash images, 1,000 kill -9
 # rounds and every fuzz target for 10 minutes. CI runs the same tests time-boxed. The
 # workloads hold states larger than a segment (in segments of their own), forks of them,
 # and compactions whose retired segment files rotations recycle (each sweep fails if its

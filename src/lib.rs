@@ -2,8 +2,9 @@
 //!
 //! An agent commits what each step changed (a delta); the commit is durable when
 //! [`Store::commit`] returns. After a crash, [`Store::open`] replays the log and
-//! [`Store::load_latest`] hands back the last durable checkpoint. See README.md for a tour
-//! and DESIGN.md for the on-disk format and the recovery rules.
+//! [`Store::load_latest`] hands back the last durable checkpoint. See README.md for a tour,
+//! DESIGN.md for the design, docs/format.md for the on-disk format and docs/log.md for the
+//! recovery rules.
 #![deny(missing_docs)]
 
 #[cfg(feature = "tokio")]

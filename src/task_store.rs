@@ -1,5 +1,5 @@
 //! [`TaskStore`]: the store API written once, served by the local [`Store`] and, with the
-//! `postgres` feature, by `PgStore` (DESIGN.md §7.13). Application code, tests and tools
+//! `postgres` feature, by `PgStore` (docs/postgres.md). Application code, tests and tools
 //! written against this trait run on either backend unchanged.
 
 use crate::error::Result;

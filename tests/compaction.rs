@@ -305,14 +305,14 @@ fn bounded_record_bytes() -> (u64, u64, u64) {
     (snapshot, delta, pair)
 }
 
-/// Bounded disk with retention and the tool-call journal (DESIGN.md §7.7, "Bounded
+/// Bounded disk with retention and the tool-call journal (docs/store.md §7, "Bounded
 /// disk"): 100,000 steps over 100 tasks (4 writer threads of 25 tasks), each step a tool
 /// call (`begin_call`, `finish_call`) and then a checkpoint, `keep_checkpoints = Some(8)`,
 /// 64 KiB segments, `SyncMode::Never`, and the store's own background compaction.
 ///
 /// The bound `B`, after forced passes: per task, what stays live, plus two segments (the
 /// active one, preallocated, and slack for its records), plus the retired segment files
-/// waiting to be recycled (at most `RECYCLE_FILES_MAX` segments, DESIGN.md §2.6).
+/// waiting to be recycled (at most `RECYCLE_FILES_MAX` segments, docs/format.md §6).
 /// - Checkpoints: the 8 retained, and the snapshot they fold from with the deltas since.
 ///   The size rule writes a snapshot once the deltas since the last pass
 ///   `SNAPSHOT_DELTA_BYTES_FLOOR` (these states stay far below half of it), so at most
@@ -673,7 +673,7 @@ fn call_ids(store: &Store, task: &str) -> Vec<String> {
     calls.into_iter().map(|c| c.call_id).collect()
 }
 
-/// The journal's retention rule (DESIGN.md §7.4): with retention configured, a compaction
+/// The journal's retention rule (docs/store.md §4): with retention configured, a compaction
 /// pass drops a finished call whose finish lies before its task's oldest retained
 /// checkpoint, its records and its index entry; pending calls and calls finished later
 /// stay, across reopens. Without retention nothing is dropped.

@@ -1,9 +1,9 @@
-//! Checkpoint body compression (`Options::compression`, DESIGN.md §2.8): compressed
+//! Checkpoint body compression (`Options::compression`, docs/format.md §8): compressed
 //! snapshots and deltas round-trip through commit, load, fork, compaction and reopen, and
 //! the async path; stores written uncompressed (format version 1) and compressed mix; the
 //! snapshot policy and the size limit do not move with compression; a body compression
 //! would not shrink is stored as encoded; a compressed record made by hand from the bytes
-//! DESIGN.md documents loads, and damaged ones are errors (never a panic, never a state).
+//! docs/format.md documents loads, and damaged ones are errors (never a panic, never a state).
 
 mod common;
 
@@ -550,7 +550,7 @@ fn an_out_of_range_level_is_refused_at_open() {
     ));
 }
 
-// Records made by hand, byte by byte as DESIGN.md §2.8 documents them.
+// Records made by hand, byte by byte as docs/format.md §8 documents them.
 
 fn varint(mut n: u64, out: &mut Vec<u8>) {
     loop {

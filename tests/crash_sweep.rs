@@ -1,5 +1,5 @@
 //! Crash-point sweep: power loss after every storage operation of an agent workload,
-//! every disk image the fault model allows there (DESIGN.md §4), recovered and judged.
+//! every disk image the fault model allows there (docs/log.md §2), recovered and judged.
 //!
 //! A round records one run of the workload (3 threads committing concurrently to their
 //! own tasks, so commits share group-commit batches; 4 KiB segments, so they rotate
@@ -27,8 +27,8 @@
 //!   store survive a crash right after.
 //!
 //! `AGENTWAL_CRASH_UNSAFE_OVERWRITE=1` drops the "powersafe overwrite" assumption (a
-//! damaged sector may lose the durable bytes a write did not cover); DESIGN.md §9.3
-//! (item 4) explains why acknowledged commits can then be lost, and this mode shows it.
+//! damaged sector may lose the durable bytes a write did not cover); DESIGN.md §3.2
+//! explains why acknowledged commits can then be lost, and this mode shows it.
 //!
 //! Rounds with new seeds run until `AGENTWAL_CRASH_IMAGES` images (default 20,000) were
 //! checked. The rounds' recordings together must have recycled a segment file, written

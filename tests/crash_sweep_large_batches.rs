@@ -1,9 +1,9 @@
 //! Crash-point sweep over large batches: power loss after every storage operation of a
 //! plain-log workload whose batches are large enough that the writer stops zeroing ahead
-//! of the data (DESIGN.md §2.6, `src/log/zeroing.rs`), recovered and judged.
+//! of the data (docs/format.md §6, `src/log/zeroing.rs`), recovered and judged.
 //!
 //! `tests/crash_sweep.rs` uses 4 KiB segments and tiny batches, so it only ever sees the
-//! writer zeroing ahead. DESIGN.md §2.6 argues that batches landing on preallocated,
+//! writer zeroing ahead. docs/format.md §6 argues that batches landing on preallocated,
 //! never-written space change nothing recovery can see; this checks it under crashes. One
 //! thread appends with `SyncMode::Always` (one batch and one fdatasync per record) a
 //! phase of large records, 80 KiB and more: the moving average of bytes per sync passes

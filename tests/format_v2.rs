@@ -423,7 +423,7 @@ fn write_v1_log(dir: &Path, payloads: &[Vec<u8>]) -> Vec<(usize, usize)> {
 
 #[test]
 fn in_a_v1_segment_a_record_image_from_another_v1_store_is_taken() {
-    // The limit format v2 removes (DESIGN.md §9.2 of v1): without a salt, a byte-exact
+    // The limit format v2 removes (format v1 limit, DESIGN.md §3.2): without a salt, a byte-exact
     // record of another v1 store whose LSN fits validates here. Recovery then calls the
     // torn carrier corruption (a durable batch after it), and salvage delivers the image
     // as a record the store never wrote.
@@ -1123,7 +1123,7 @@ fn a_recycled_segment_cut_short_after_its_data_is_sealed_at_open() {
 /// batch, as `Periodic` and `Never` allow) would look like a clean end: the writer would
 /// append over the torn batch, and a record of the same size (so the same LSN, reused)
 /// would line the scan up on the stale later batch, which would then be replayed though
-/// its predecessor was lost. DESIGN.md §5.3.
+/// its predecessor was lost. docs/log.md §3.3.
 #[test]
 fn a_torn_batch_after_a_clean_reopen_never_lets_a_later_stale_batch_back() {
     let Recycled {

@@ -1,4 +1,4 @@
-//! A full disk must not leave the store stuck (DESIGN.md §3.5, §6.4, §7.7).
+//! A full disk must not leave the store stuck (docs/log.md §1.5, §4.4, docs/store.md §7).
 //!
 //! The tmpfs tests fill a small tmpfs that the test mounts itself until a commit fails
 //! with `ENOSPC`, then recover on the same, still full, disk: a writer's open, a

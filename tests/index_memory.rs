@@ -39,7 +39,7 @@ fn index_memory_per_task_is_small() {
     assert_eq!(store.tasks().unwrap().len(), TASKS);
     let per_task = after.saturating_sub(before) / TASKS as u64;
     println!("index: {per_task} B per task with {CHECKPOINTS} checkpoints each");
-    // Documented (DESIGN.md §7.1): ~200 B per task with up to 4 checkpoints held in place,
+    // Documented (docs/store.md §1): ~200 B per task with up to 4 checkpoints held in place,
     // plus the id (about 240 B here); allow slack for the allocator and hash-map growth,
     // far below the 4 KiB a task's states would take.
     assert!(per_task < 512, "{per_task} B per task");

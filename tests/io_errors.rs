@@ -361,7 +361,7 @@ fn io_error_reading_a_segment_header_is_not_reported_as_corruption() {
     sim.record();
     let store = open(&sim).unwrap();
     // A call kept live in the first segment: compaction deletes a leading run of dead
-    // segments before it writes (DESIGN.md §7.7), and this test needs segments that only
+    // segments before it writes (docs/store.md §7), and this test needs segments that only
     // the compacted one supersedes.
     store.begin_call("t0", "c0", "tool", b"args").unwrap();
     for i in 0..60 {

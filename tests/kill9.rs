@@ -27,7 +27,7 @@
 //! and answered by the thread that finishes their batch: a kill then lands among deferred
 //! writes, and the same checks hold.
 //!
-//! States larger than a segment (format v2, DESIGN.md §2.5): a fourth writer, a thread of
+//! States larger than a segment (format v2, docs/format.md §5): a fourth writer, a thread of
 //! its own in either mode, grows task `big`, whose state keeps its deltas' bytes (up to
 //! [`BULK_BYTES_MAX`], 11 segments): most deltas are 8 to 64 KiB, some larger than a
 //! segment, so its snapshots (every 16th commit) and those deltas get segments of their
@@ -1100,7 +1100,7 @@ fn segment_kinds(dir: &Path) -> (u64, u64) {
 /// Checks the call of `seq`, begun (and `finished`, if so) with an ack. The call of seq
 /// `s` finishes before checkpoint `s`, so once the child's retention dropped the
 /// checkpoints below `floor`, the oldest retained is at least `floor` and compaction may
-/// have pruned every finished call of a seq up to it (DESIGN.md §7.4): such a call may
+/// have pruned every finished call of a seq up to it (docs/store.md §4): such a call may
 /// be gone whole, neither finished nor pending.
 #[allow(clippy::too_many_arguments)]
 fn check_call(

@@ -1,4 +1,4 @@
-//! States larger than a segment (format v2, DESIGN.md §2.5): a record that does not fit a
+//! States larger than a segment (format v2, docs/format.md §5): a record that does not fit a
 //! fresh segment gets a segment of its own, sized to hold it, so a task's state may be
 //! many segments large.
 //!

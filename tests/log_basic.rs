@@ -238,7 +238,7 @@ fn reopening_with_smaller_segments_keeps_the_new_limit() {
 }
 
 /// Small batches land on zeroed space (no extent conversion per fdatasync); large ones make
-/// the writer stop zeroing, since writing every byte twice then costs more (DESIGN.md §2.6).
+/// the writer stop zeroing, since writing every byte twice then costs more (docs/format.md §6).
 /// Either way every record reads back and survives a reopen.
 #[test]
 fn zeroing_ahead_follows_batch_size() {

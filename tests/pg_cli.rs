@@ -40,7 +40,7 @@ fn url() -> String {
 }
 
 /// `v` without its `bytes` fields: sizes differ by design (a local record counts its
-/// header, DESIGN.md §7.13).
+/// header, docs/postgres.md).
 fn sans_bytes(v: &J) -> J {
     match v {
         J::Object(m) => J::Object(
@@ -490,7 +490,7 @@ fn bad_addresses_get_clear_errors_and_exit_2() {
     assert!(!stderr(&out).contains("s3cret"), "{}", stderr(&out));
 }
 
-/// Figures for DESIGN.md §7.13.8, run by hand: `cargo test --release --features postgres
+/// Figures for docs/postgres.md §7, run by hand: `cargo test --release --features postgres
 /// --test pg_cli -- --ignored --nocapture` with a cluster; `AGENTWAL_PG_CLI_TASKS` tasks of
 /// `AGENTWAL_PG_CLI_STEPS` commits each (default 50 and 200).
 #[test]
@@ -563,7 +563,7 @@ fn verify_passes_on_histories_written_on_postgresql() {
 }
 
 /// A local store whose snapshots and deltas are stored compressed migrates
-/// with its bodies decompressed: PostgreSQL stores bodies as encoded (DESIGN.md §7.13).
+/// with its bodies decompressed: PostgreSQL stores bodies as encoded (docs/postgres.md).
 /// Every seq loads the same state on both, both verify, and the bodies PostgreSQL holds
 /// are the local bodies uncompressed, byte for byte in total.
 #[test]

@@ -207,7 +207,7 @@ proptest! {
     ) {
         let dir = tempfile::tempdir().unwrap();
         // No compaction: with retention a local pass prunes old finished calls, which
-        // PostgreSQL keeps (DESIGN.md §7.13); without one both keep every call.
+        // PostgreSQL keeps (docs/postgres.md); without one both keep every call.
         let local: Store = Store::open_with(dir.path(), Options {
             snapshot_every,
             keep_checkpoints: keep,

@@ -1,4 +1,4 @@
-//! The `writes` table's bounded lifetime (DESIGN.md §7.13.4): rows older than
+//! The `writes` table's bounded lifetime (docs/postgres.md §4): rows older than
 //! `PgOptions::write_ids_kept` are pruned by writes, commits keep working, and `resolve` of
 //! a pruned id is an error, never a wrong `NotLanded`; recent ids and old-format ids whose
 //! rows remain resolve as before.

@@ -1,5 +1,5 @@
 //! A read-only handle serves the view it opened, for as long as it lives, while a writer
-//! appends, rotates, compacts, deletes and forks beside it (DESIGN.md §5.4): every read
+//! appends, rotates, compacts, deletes and forks beside it (docs/log.md §3.4): every read
 //! returns the record it was indexed at, or an error, never another record's data.
 //!
 //! The stress tests run for `AGENTWAL_RO_STRESS_SECS` seconds (default 3 each; CI uses the
@@ -245,7 +245,7 @@ struct TaskModel {
 impl TaskModel {
     /// Whether the writer's compaction may have dropped finished call `call_id`: with
     /// retention, one that finished before the task's oldest retained checkpoint
-    /// (DESIGN.md §7.4; the writer never reopens, so that is `latest - keep + 1`).
+    /// (docs/store.md §4; the writer never reopens, so that is `latest - keep + 1`).
     fn may_be_pruned(&self, keep: Option<u32>, call_id: &str) -> bool {
         let (Some(keep), Some(&after)) = (keep, self.finished_after.get(call_id)) else {
             return false;

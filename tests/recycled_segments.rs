@@ -1,4 +1,4 @@
-//! Recycled segments (format v2, DESIGN.md §2.6) in the corners the sweeps reach only by
+//! Recycled segments (format v2, docs/format.md §6) in the corners the sweeps reach only by
 //! chance: what lies past a recycled segment's data (an earlier life's bytes, which
 //! never validate under the new salt), with and without a close record. On the simulated
 //! disk (its extent map counts everything up to a file's last non-zero byte as written,
@@ -255,8 +255,8 @@ fn check_damaged(
     data_start: u64,
 ) -> Result<(), String> {
     let len = damaged.len() as u64;
-    // The writer that appended these zeroed the earlier close record first (DESIGN.md
-    // §5.3): however many of its records are left, the segment is not closed.
+    // The writer that appended these zeroed the earlier close record first (docs/log.md
+    // §3.3): however many of its records are left, the segment is not closed.
     let closed = false;
     let mut image = image.clone();
     image.files.insert(path.to_path_buf(), damaged);

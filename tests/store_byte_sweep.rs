@@ -9,10 +9,10 @@
 //!   acknowledged record before the last one is `Error::Corruption` naming the segment
 //!   and an offset between that record's start and the flipped byte; a flip in the header
 //!   is `Corruption` or `UnsupportedFormat`; a flip in the last record drops that record
-//!   (it looks exactly like a torn tail, DESIGN.md §6.1) and a flip past the data is
+//!   (it looks exactly like a torn tail, docs/log.md §4.1) and a flip past the data is
 //!   ignored (garbage in preallocated space).
 //!
-//! Twice: in a fresh segment, and in a recycled one (format v2, DESIGN.md §2.6). For the
+//! Twice: in a fresh segment, and in a recycled one (format v2, docs/format.md §6). For the
 //! latter, a prelude retires segment files (a task's records, deleted and compacted
 //! away) and commits a record larger than a segment (it gets a segment of its own), so
 //! the operations land in the next segment, which reuses a retired file: past its data
@@ -49,7 +49,7 @@ const HEADER: usize = SEGMENT_HEADER_BYTES;
 /// Bytes past the end of the data that the flip sweep covers (preallocated zeros).
 const FLIP_PAST_END: usize = 64;
 /// A writer ends its batches in a recycled file on a block of this size, with zeros
-/// (DESIGN.md §2.6): the earlier life's bytes start at the next multiple of it.
+/// (docs/format.md §6): the earlier life's bytes start at the next multiple of it.
 const FILL_BLOCK_BYTES: usize = 4096;
 /// A segment is preallocated up to `min(4 MiB, segment_bytes)` and recovery reads all of
 /// it; 8 KiB keeps thousands of opens fast and still holds every record in one segment.
@@ -62,7 +62,7 @@ const CALLS: [(&str, &str); 3] = [("alpha", "c1"), ("beta", "c2"), ("alpha", "c3
 /// Failures reported in full.
 const FAILURES_SHOWN: usize = 10;
 
-/// Store record kinds (DESIGN.md §2.8).
+/// Store record kinds (docs/format.md §8).
 const KIND_CHECKPOINT: u8 = 1;
 const KIND_CALL_BEGIN: u8 = 2;
 const KIND_CALL_FINISH: u8 = 3;
@@ -602,8 +602,8 @@ fn flip_sweep(built: &Built) -> (FlipCounts, Vec<String>) {
                 }
                 Err(e) => failures.push(fail(format!("open failed: {e}"))),
                 Ok(store) => {
-                    // A flip in the last batch looks exactly like a torn tail (DESIGN.md
-                    // §6.1): that batch is dropped (a close record holds no operation).
+                    // A flip in the last batch looks exactly like a torn tail (docs/log.md
+                    // §4.1): that batch is dropped (a close record holds no operation).
                     // Past the data: nothing is lost.
                     let want = match record {
                         _ if last_batch && built.close.is_some() => ops,

@@ -1,6 +1,5 @@
 //! The project's performance targets, judged on a run's medians: the v1 targets, and the
-//! v2 targets of issue 14 (format v2 must meet them; until it lands they are reported,
-//! met or missed, and fail nothing).
+//! format v2 targets (reported, met or missed; they fail nothing).
 
 use crate::Run;
 use crate::backends::{self, Backend};
@@ -52,7 +51,7 @@ pub fn targets(cfg: &Config, run: &Run) -> Vec<Target> {
     out
 }
 
-/// Issue 14's v2 targets beyond the okaywal ones (which v1 has too).
+/// The format v2 targets beyond the okaywal ones (which v1 has too).
 fn v2(run: &Run, tmax: usize, a: &Measurement) -> Vec<Target> {
     let peer = &backends::FSYNC_FLOOR_GROUP;
     let what = format!("1.1× {}", peer.name());
@@ -226,7 +225,7 @@ fn disk_vs_seed(run: &Run, tmax: usize, a: &Measurement) -> Option<Target> {
 
 /// Judged twice: on the log's records (what the engine writes, snapshots included),
 /// and on every byte handed to `write`, which adds the zeros written ahead into
-/// preallocated space (DESIGN.md §2.6).
+/// preallocated space (docs/format.md §6).
 fn bytes_written(tmax: usize, a: &Measurement) -> [Target; 2] {
     let written = a.written_per_delta();
     let log = a.log_bytes.unwrap_or(f64::INFINITY) / a.delta_postcard;

@@ -114,7 +114,7 @@ const ZSTD_MAGIC: [u8; 4] = [0x28, 0xb5, 0x2f, 0xfd];
 
 /// `data` as a store record's payload of each kind, and, so that the fuzzer reaches the
 /// body decoders without first finding a valid envelope, a checkpoint payload built
-/// around it (DESIGN.md §2.8): task "f", seq 1, time 0, schema version 1, then the body
+/// around it (docs/format.md §8): task "f", seq 1, time 0, schema version 1, then the body
 /// tag and length decompressed taken from `data`'s first bytes, no origin, and the rest of
 /// `data` as the body (after zstd's magic when the first byte asks for it).
 fn check_store_payloads(data: &[u8]) {

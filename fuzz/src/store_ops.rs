@@ -20,7 +20,7 @@
 //! After every reopen, compaction and read-only view, a sweep compares every task, seq,
 //! checkpoint list and tool call with the model.
 //!
-//! Journal pruning (DESIGN.md §7.4): with `keep_checkpoints` set, each compaction pass
+//! Journal pruning (docs/store.md §4): with `keep_checkpoints` set, each compaction pass
 //! prunes the calls that finished before their task's oldest retained checkpoint. The
 //! writer's index then hides them at once, but their two records leave the log only
 //! when a pass drops both, which depends on where segments end; the model does not

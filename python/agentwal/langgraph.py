@@ -4,7 +4,7 @@ Needs ``langgraph-checkpoint`` (4.x), which this module imports; ``agentwal`` it
 The store is a local :class:`agentwal.Store` or a PostgreSQL :class:`agentwal.PgStore`; the
 mapping below is the same on both.
 
-Storage mapping (DESIGN.md section 7.11):
+Storage mapping (docs/store.md §11):
 
 - one agentwal task per ``(thread_id, checkpoint_ns)``, named
   ``lg:<quote(thread_id)>:<quote(checkpoint_ns)>`` (percent-encoding, so ``:`` never appears

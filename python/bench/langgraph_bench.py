@@ -1,4 +1,4 @@
-"""AgentwalSaver against SqliteSaver on one LangGraph tool-calling loop (issue 15, item 4).
+"""AgentwalSaver against SqliteSaver on one LangGraph tool-calling loop.
 
 Run it with ``bash scripts/bench-python.sh`` (builds the venv, then runs this file from the
 repository root). ``AGENTWAL_BENCH_QUICK=1``: small sizes, one rep (CI checks that it runs).

@@ -1,5 +1,5 @@
 //! `agentwal.PgStore`: the store's API on a PostgreSQL database (`agentwal::postgres`,
-//! DESIGN.md §7.13), with the same method names and meanings as `agentwal.Store` for what
+//! docs/postgres.md), with the same method names and meanings as `agentwal.Store` for what
 //! both backends serve (the core's `TaskStore`), plus leases and `resolve`.
 //!
 //! Every call that talks to the server releases the GIL (the backend blocks the calling

@@ -219,10 +219,10 @@ pub struct Stats {
     pub mean_batch_records: f64,
     /// Bytes appended to the log.
     pub bytes_written: u64,
-    /// Bytes of zeros written ahead of the log's data (DESIGN.md §2.6).
+    /// Bytes of zeros written ahead of the log's data (docs/format.md §6).
     pub zero_bytes_written: u64,
     /// Bytes of zeros ending batches on a block boundary in a recycled segment file
-    /// (DESIGN.md §2.6).
+    /// (docs/format.md §6).
     pub fill_bytes_written: u64,
     /// Bytes of the records the index holds (checkpoints and tool calls).
     pub live_bytes: u64,

@@ -169,7 +169,7 @@ def test_a_growing_message_list_costs_linear_bytes_in_the_database():
               f"{r2} B); x{b2 / b1:.2f} in all, deltas x{d2 / d1:.2f}; {len(infos)} checkpoints; "
               f"the whole list at every checkpoint would be {full_list_total} B")
         # Linear: the deltas double from 100 to 200 steps (a full list per step: x4), and the
-        # snapshots (at most ~1.7 times the deltas, DESIGN.md section 7.2) keep the total so.
+        # snapshots (at most ~1.7 times the deltas, docs/store.md §2) keep the total so.
         assert 1.7 < d2 / d1 < 2.4, (at, d1, d2)
         assert b2 / b1 < 3.0, (at, b1, b2)
         assert b2 < full_list_total / 10, (b2, full_list_total)

@@ -1,4 +1,4 @@
-//! On-disk constants shared by the writer and recovery. DESIGN.md holds the same
+//! On-disk constants shared by the writer and recovery. docs/format.md holds the same
 //! tables; change both together, and bump [`FORMAT_VERSION`].
 
 /// Magic bytes opening every segment file.
@@ -81,7 +81,7 @@ pub const SEGMENT_BYTES_MIN: u64 = 4096;
 /// Largest `segment_bytes` accepted (offsets and lengths are u32 inside a segment).
 pub const SEGMENT_BYTES_MAX: u64 = 1 << 31;
 /// Largest record (header and payload). The store's index packs a record's size into 31
-/// bits (DESIGN.md §7.1); a record larger than `segment_bytes` allows gets a segment of
+/// bits (docs/store.md §1); a record larger than `segment_bytes` allows gets a segment of
 /// its own, sized to hold it (§2.5).
 pub const RECORD_BYTES_MAX: u64 = (1 << 31) - 1;
 /// Largest payload of a record, whatever `segment_bytes` is.

@@ -191,10 +191,10 @@ pub struct LogStats {
     pub fsyncs: u64,
     /// Bytes written (records and seals).
     pub bytes_written: u64,
-    /// Bytes of zeros written ahead of the data into preallocated space (DESIGN.md §2.6).
+    /// Bytes of zeros written ahead of the data into preallocated space (docs/format.md §6).
     pub zero_bytes_written: u64,
     /// Bytes of zeros written after batches to the end of their last block, where the
-    /// blocks were written before (a recycled file's earlier life; DESIGN.md §2.6).
+    /// blocks were written before (a recycled file's earlier life; docs/format.md §6).
     pub fill_bytes_written: u64,
     /// Segments created by rotation.
     pub rotations: u64,
@@ -244,7 +244,7 @@ struct Inner {
     /// innermost (4. above).
     maps: RwLock<HashMap<u64, FileView>>,
     /// A read-only handle's view: the bytes of every segment its scan read, pinned for
-    /// its lifetime; reads never look a segment up by name again (DESIGN.md §5.4).
+    /// its lifetime; reads never look a segment up by name again (docs/log.md §3.4).
     pins: Option<HashMap<u64, SegmentPin>>,
     _lock: Option<DirLock>,
 }

@@ -25,7 +25,7 @@ impl Log {
     /// Opens the log read-only: takes no lock, modifies nothing, ignores an unfinished tail.
     /// Works while a writer (in this or another process) appends, rotates and compacts:
     /// the handle serves the records that were complete when it opened, from the bytes its
-    /// scan read, for as long as it lives (DESIGN.md §5.4). [`Error::StoreChanged`] if the
+    /// scan read, for as long as it lives (docs/log.md §3.4). [`Error::StoreChanged`] if the
     /// store kept changing under every attempt to scan it: open again.
     pub fn open_read_only(
         dir: impl AsRef<Path>,
@@ -144,7 +144,7 @@ fn scan_read_only(
     })
 }
 
-/// Whether a failed read-only scan may only have raced a writer (DESIGN.md §5.4).
+/// Whether a failed read-only scan may only have raced a writer (docs/log.md §3.4).
 fn may_be_concurrent_change(e: &Error) -> bool {
     match e {
         Error::Corruption { .. } => true,

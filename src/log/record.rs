@@ -4,7 +4,7 @@ use super::format::*;
 use crate::error::CorruptionReason;
 
 /// What a segment's record checksums mix in before the header bytes: nothing in a
-/// format-v1 segment, the segment's 32-bit salt in a v2 one (DESIGN.md §2.3). Two
+/// format-v1 segment, the segment's 32-bit salt in a v2 one (docs/format.md §3). Two
 /// different salts never give one record the same checksum: the two CRCs differ by the
 /// CRC of a non-zero 32-bit burst, which CRC-32 always detects. So a record image from
 /// another segment life, or another store, never validates here.

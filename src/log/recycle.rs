@@ -1,4 +1,4 @@
-//! Recycling segment files (DESIGN.md §2.6, "Recycled segments"): compaction retires
+//! Recycling segment files (docs/format.md §6, "Recycled segments"): compaction retires
 //! the files of segments it no longer needs under a `.free` name instead of deleting
 //! them, and the writer's next rotation takes one and gives it a new header, so its
 //! blocks are written already: no zeros to write, no unwritten extents to convert in

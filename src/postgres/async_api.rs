@@ -5,7 +5,7 @@
 //! Each call runs the blocking [`PgStore`] method on tokio's blocking pool, so no runtime
 //! worker waits for the network, and each returns within [`PgOptions::deadline`] as the
 //! blocking one does. A call in flight holds a blocking-pool thread until it ends (unlike
-//! the local store's deferred commits, which hold none: DESIGN.md §7.12); a native async
+//! the local store's deferred commits, which hold none: docs/store.md §12); a native async
 //! path through the handle's own runtime would remove that.
 //!
 //! Cancellation, as for `AsyncStore`: a write whose future is dropped goes on to its end

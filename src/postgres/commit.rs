@@ -1,4 +1,4 @@
-//! Commits on PostgreSQL in two round trips (DESIGN.md §7.13.2): the first sends `BEGIN`,
+//! Commits on PostgreSQL in two round trips (docs/postgres.md §2): the first sends `BEGIN`,
 //! the fence check and the task row's lock together; the second the write id, the
 //! checkpoint, the task row's update, retention and `COMMIT` together. tokio-postgres
 //! sends a statement when its future is first polled and `try_join!` polls in the order
@@ -180,7 +180,7 @@ async fn commit_pipelined(c: &Conn, id: &str, a: &Attempted<'_>) -> Attempt<Comm
 impl<S: State> PgStore<S> {
     /// Commits `delta` as the task's next checkpoint and returns its seq (see
     /// [`Store::commit`](crate::Store::commit)). Durable when it returns, as far as the
-    /// server's `synchronous_commit` promises (DESIGN.md §7.13.5).
+    /// server's `synchronous_commit` promises (docs/postgres.md §5).
     pub fn commit(&self, task: &str, delta: &S::Delta) -> Result<u64> {
         self.commit_inner(task, None, delta)
     }

@@ -89,7 +89,7 @@ impl RowExt for Row {
 }
 
 /// A pooled connection: the client, and how many times its server said it cancelled a
-/// COMMIT's wait for a synchronous standby (DESIGN.md §7.13.5), counted by the task that
+/// COMMIT's wait for a synchronous standby (docs/postgres.md §5), counted by the task that
 /// drives the connection before it hands the COMMIT's answer on.
 pub(super) struct Conn {
     client: Client,

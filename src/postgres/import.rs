@@ -1,5 +1,5 @@
-//! Copying a local store into PostgreSQL, task by task (`agentwal migrate`, DESIGN.md
-//! §7.13.8): each task is one write transaction with its own write id, so a task is either
+//! Copying a local store into PostgreSQL, task by task (`agentwal migrate`,
+//! docs/postgres.md §7): each task is one write transaction with its own write id, so a task is either
 //! wholly in the database or not at all, and a copy cut short is finished by running it
 //! again; and the check that a copied task reads back as the local one.
 

@@ -408,7 +408,7 @@ fn decode_checked<S: State>(
     report: &mut VerifyReport,
 ) -> Result<()> {
     let version = cp.schema_version as u32;
-    // PostgreSQL stores bodies as encoded (uncompressed, DESIGN.md §7.13).
+    // PostgreSQL stores bodies as encoded (uncompressed, docs/postgres.md).
     report.body_bytes_stored += cp.body.len() as u64;
     report.body_bytes += cp.body.len() as u64;
     if bodies == BodyCheck::Skip {

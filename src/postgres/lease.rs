@@ -1,4 +1,4 @@
-//! Task leases and their epochs (DESIGN.md §7.13.3): a worker acquires a task, writes under
+//! Task leases and their epochs (docs/postgres.md §3): a worker acquires a task, writes under
 //! the lease's epoch, renews it while it works; a takeover raises the epoch, and every
 //! write under an older one is refused (`Error::Fenced`). Expiry is judged by the server's
 //! clock alone; safety rests on the epoch, never on a clock.

@@ -1,5 +1,5 @@
 //! Reads: a task's row, retention, and loads that read one snapshot and the deltas after
-//! it and fold them exactly as the local store does (DESIGN.md §7.13.2).
+//! it and fold them exactly as the local store does (docs/postgres.md §2).
 
 use std::sync::Arc;
 

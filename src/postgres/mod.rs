@@ -1,6 +1,6 @@
 //! The PostgreSQL backend (feature `postgres`): the store's API on a PostgreSQL database
 //! shared by many worker hosts, with task leases, fencing and resolved unknown outcomes.
-//! DESIGN.md §7.13 gives the schema, the write transaction, the lease protocol and why a
+//! docs/postgres.md gives the schema, the write transaction, the lease protocol and why a
 //! fenced writer can never land a write.
 //!
 //! [`PgStore`] serves [`TaskStore`](crate::TaskStore) with the local store's rules (the
@@ -88,7 +88,7 @@ pub struct PgOptions {
     /// from the write id's creation (default 7 days; longer than zero). Older rows are
     /// pruned now and then by writes; [`PgStore::resolve`] of a write id older than the
     /// pruned window is an `Error::Postgres` (its outcome is no longer known), never a
-    /// wrong `NotLanded` (DESIGN.md §7.13.4). Keep it many deadlines long.
+    /// wrong `NotLanded` (docs/postgres.md §4). Keep it many deadlines long.
     pub write_ids_kept: Duration,
 }
 

@@ -1,4 +1,4 @@
-//! Settling a write whose outcome is unknown (DESIGN.md §7.13.4).
+//! Settling a write whose outcome is unknown (docs/postgres.md §4).
 
 use tokio_postgres::Client;
 
@@ -31,7 +31,7 @@ pub enum Resolution {
 /// waited for the standby (`pg_terminate_backend`, a fast shutdown: the server then
 /// answers nothing) would resolve as `Landed` on the primary at once, committed locally
 /// but perhaps never replicated; now `Landed` comes back only once the standby has it
-/// (DESIGN.md §7.13.5).
+/// (docs/postgres.md §5).
 ///
 /// `writes` is pruned (`Shared::prune`): an id created before the watermark
 /// (`writes_pruned.before_ms`), or any id without a creation time once something was

@@ -1,4 +1,4 @@
-//! The tables and their migrations (DESIGN.md §7.13.1). Migrations run outside
+//! The tables and their migrations (docs/postgres.md §1). Migrations run outside
 //! transactions, one statement at a time, each safe to run again (`IF NOT EXISTS`), under
 //! a session advisory lock so that handles opening at once migrate one after another: a
 //! crash midway leaves a version that the next open finishes.
@@ -60,7 +60,7 @@ const MIGRATIONS: &[&[&str]] = &[
     )",
         // Every write transaction inserts its write id here; `resolve` inserts the id as not
         // landed, which either waits for the write's transaction to end or keeps it from ever
-        // committing (DESIGN.md §7.13.4).
+        // committing (docs/postgres.md §4).
         "CREATE TABLE IF NOT EXISTS writes (
         write_id text PRIMARY KEY,
         task bytea,
@@ -69,7 +69,7 @@ const MIGRATIONS: &[&[&str]] = &[
         at timestamptz NOT NULL DEFAULT clock_timestamp()
     )",
     ],
-    // Version 2: `writes` is pruned (DESIGN.md §7.13.4). The watermark: every write id created
+    // Version 2: `writes` is pruned (docs/postgres.md §4). The watermark: every write id created
     // (by the milliseconds its id starts with) before `before_ms` may have been deleted, so
     // `resolve` refuses to declare such an id not landed. 0: nothing pruned yet.
     &[

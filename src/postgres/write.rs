@@ -1,4 +1,4 @@
-//! The write protocol shared by every write (DESIGN.md §7.13.2 to §7.13.4): a write id per
+//! The write protocol shared by every write (docs/postgres.md §2 to §4): a write id per
 //! attempt, the fence check inside the transaction, and settling an unknown outcome before
 //! the call returns.
 
@@ -19,7 +19,7 @@ use crate::error::{Error, Result};
 /// A write id no other write of any process uses: the milliseconds since the epoch it was
 /// made at (decimal), `-`, then 128 bits from the process's random hash keys, its pid, the
 /// time and a counter, as 32 hex digits. The time lets `resolve` tell an id whose row may
-/// have been pruned from one never sent (DESIGN.md §7.13.4).
+/// have been pruned from one never sent (docs/postgres.md §4).
 pub(super) fn new_write_id() -> String {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let n = COUNTER.fetch_add(1, Ordering::Relaxed);
@@ -160,7 +160,7 @@ impl Shared {
                     // COMMIT said success, with the warning that its wait for the
                     // synchronous standby was cancelled: committed on the primary, perhaps
                     // not on the standby. Settled like an unknown outcome: `resolve_on`'s
-                    // own COMMIT waits for the standby (DESIGN.md §7.13.5).
+                    // own COMMIT waits for the standby (docs/postgres.md §5).
                     Ok(Ok(v)) if cancelled.get() => match self.settle(&id, deadline).await {
                         Some(Resolution::Landed { .. }) => {
                             self.after_write(deadline).await;
@@ -261,7 +261,7 @@ pub(super) const RECORD_WRITE_TYPES: &[Type] = &[Type::TEXT, Type::BYTEA, Type::
 
 /// The fence check, first in every write transaction of `task`: the lease row is read
 /// `FOR SHARE`, so a takeover (which updates it) waits for this transaction to end, and
-/// this transaction sees any takeover that committed before it (DESIGN.md §7.13.3).
+/// this transaction sees any takeover that committed before it (docs/postgres.md §3).
 /// `epoch` is the writer's lease epoch (`None`: it holds none).
 pub(super) async fn check_fence(c: &impl Session, task: &str, epoch: Option<u64>) -> Attempt<()> {
     judge_fence(task, fence_row(c, task).await?, epoch)

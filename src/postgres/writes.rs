@@ -1,6 +1,6 @@
 //! The writes but commits (`commit.rs`): fork, delete and the tool-call journal, each one
 //! transaction that checks the fence first, locks the task's row, and records its write id
-//! (DESIGN.md §7.13.2); and the statements commits share with them.
+//! (docs/postgres.md §2); and the statements commits share with them.
 
 use tokio_postgres::Transaction;
 use tokio_postgres::types::Type;

@@ -1,7 +1,7 @@
 //! The interface between the store's rules and where its records live, and the local
 //! segmented log's implementation of it. Everything above this file (validation, the
 //! snapshot policy, retention, the journal's rules, schema versions, the latest-state
-//! cache, the in-memory index) is the same for every backend; DESIGN.md §7.9 says why the
+//! cache, the in-memory index) is the same for every backend; docs/store.md §9 says why the
 //! interface has this shape.
 
 use std::path::{Path, PathBuf};

@@ -112,7 +112,7 @@ impl<S: State> Store<S> {
     /// `begin_call` and `finish_call` of its id fail with `InvalidArgument`. Once the
     /// pass that drops its records from disk has installed (often the same one), the id
     /// is free again. A store reopened before that serves the call again until its next
-    /// pass. Pending calls are kept whatever their age. DESIGN.md §7.4.
+    /// pass. Pending calls are kept whatever their age. docs/store.md §4.
     pub fn call_result(&self, task: &str, call_id: &str) -> Result<Option<Vec<u8>>> {
         validate_id("task id", task, TASK_ID_BYTES_MAX)?;
         validate_id("call id", call_id, CALL_ID_BYTES_MAX)?;

@@ -1,5 +1,5 @@
 //! The typed records the store writes into the log (postcard-encoded payloads).
-//! Their field order is part of the on-disk format (DESIGN.md, "Store records").
+//! Their field order is part of the on-disk format (docs/format.md §8).
 
 use serde::{Deserialize, Serialize};
 
@@ -16,7 +16,7 @@ pub(crate) const KIND_CALL_FINISH: u8 = 3;
 pub(crate) const KIND_DELETE: u8 = 4;
 
 /// Whether a checkpoint's body is a delta or the whole state, and how it is stored. The
-/// variant index is the format (DESIGN.md §2.8): 0 and 1 are format version 1's, bodies
+/// variant index is the format (docs/format.md §8): 0 and 1 are format version 1's, bodies
 /// as encoded; 2 and 3 hold one zstd frame of the encoded body, whose length uncompressed
 /// follows the index.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -5,14 +5,14 @@
 //! Live: each task's records from the fold base of its oldest retained checkpoint to its
 //! latest, and the tool-call records of live tasks that retention keeps (pending calls,
 //! and with retention configured, calls finished at or after the task's oldest retained
-//! checkpoint; DESIGN.md §7.4). Dead: everything else (checkpoints retention dropped,
+//! checkpoint; docs/store.md §4). Dead: everything else (checkpoints retention dropped,
 //! pruned calls, deleted tasks, deletion records once their task's older records are
 //! gone, which compaction of a whole prefix guarantees). A pruned call's two records
 //! leave the log together or not at all ([`CallEntry::records_stay`]), and its index
 //! entry goes only once they have (`remap`).
 //!
 //! The store also hands the pass a compressed payload for each raw checkpoint body that
-//! its `Compression` setting compresses at compaction (`rewrite`; DESIGN.md §2.8), and the
+//! its `Compression` setting compresses at compaction (`rewrite`; docs/format.md §8), and the
 //! index takes the records' new sizes with their new positions.
 
 use std::collections::HashMap;
@@ -73,7 +73,7 @@ impl CompactionHooks for Inner {
     }
 
     /// Checkpoint bodies that the store's compression setting compresses at compaction
-    /// and that are stored raw come out compressed (DESIGN.md §2.8).
+    /// and that are stored raw come out compressed (docs/format.md §8).
     fn rewrite(&self, kind: u8, payload: &[u8]) -> Option<Vec<u8>> {
         let compression = self.options.compression.at_compaction();
         (kind == codec::KIND_CHECKPOINT)
@@ -100,7 +100,7 @@ fn collect_live(inner: &Inner, sealed: &dyn Fn(RecordPos) -> bool) -> (Vec<Recor
     let (keep, max_age_ms) = (o.keep_checkpoints, o.max_age.map(|d| d.as_millis() as u64));
     // Without retention every checkpoint is kept from the first, and so is every call: the
     // rule could still drop calls finished before a task's first checkpoint, but a store
-    // told to keep everything keeps everything (DESIGN.md §7.4).
+    // told to keep everything keeps everything (docs/store.md §4).
     let prune_calls = keep.is_some() || max_age_ms.is_some();
     let now = now_ms();
     let (mut positions, mut bytes) = (Vec::new(), 0);

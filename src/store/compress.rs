@@ -1,4 +1,4 @@
-//! Checkpoint body compression (DESIGN.md §2.8): one zstd frame per body, its codec and
+//! Checkpoint body compression (docs/format.md §8): one zstd frame per body, its codec and
 //! its length decompressed in the record's [`Body`] tag.
 //!
 //! Compressing never fails a write: a body that zstd cannot make at least

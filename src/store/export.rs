@@ -1,7 +1,7 @@
 //! Raw checkpoint records, read back as stored, for copying a store into another backend
 //! (`agentwal migrate`, `src/postgres/import.rs`): the body bytes as encoded (decompressed
-//! if the record holds them compressed: PostgreSQL stores encoded bodies, DESIGN.md
-//! §7.13), with the schema version, so a copy needs neither the state type nor a
+//! if the record holds them compressed: PostgreSQL stores encoded bodies,
+//! docs/postgres.md), with the schema version, so a copy needs neither the state type nor a
 //! re-encoding.
 
 use super::backend::read_record;

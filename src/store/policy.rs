@@ -1,6 +1,6 @@
 //! The snapshot policy as a pure function of a task's counters, shared by every backend
 //! (the local store's commit path and the PostgreSQL backend's), so both write snapshots at
-//! the same points (DESIGN.md §7.2).
+//! the same points (docs/store.md §2).
 
 use super::types::{SNAPSHOT_DELTA_BYTES_FLOOR, SNAPSHOT_DELTA_RATIO};
 

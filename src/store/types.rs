@@ -39,7 +39,7 @@ pub const COMPRESSED_BODY_BYTES_MAX: usize = 64 << 20;
 /// (bench-results/compression.md).
 pub const ZSTD_LEVEL_DEFAULT: i32 = 1;
 
-/// How a store stores checkpoint bodies (DESIGN.md §2.8): [`Options::compression`].
+/// How a store stores checkpoint bodies (docs/format.md §8): [`Options::compression`].
 ///
 /// Compression changes only the bytes on disk. Which commits succeed, where snapshots fall
 /// (the snapshot policy and the record size limit count uncompressed bytes) and what loads
@@ -52,7 +52,7 @@ pub const ZSTD_LEVEL_DEFAULT: i32 = 1;
 /// makes the files smaller at once but costs commits/s and tail latency where commits are
 /// CPU-bound (with 64 committing threads on 2 cores, compressing snapshots took the p99 to
 /// 1.4–2.0× that of raw bodies, and compressing deltas too cost a quarter to a third of the
-/// commits/s: DESIGN.md §2.8).
+/// commits/s: docs/format.md §8).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Compression {
@@ -77,7 +77,7 @@ pub enum Compression {
     /// as [`Zstd`](Self::Zstd) with the same fields would. Besides the passes retention
     /// and deletions call for, the background compactor runs one once the sealed segments
     /// no pass has written hold a segment's worth and as much as the compacted segment
-    /// (DESIGN.md §7.7). The active segment is never compacted, so the newest records, and
+    /// (docs/store.md §7). The active segment is never compacted, so the newest records, and
     /// all of a store smaller than a segment, stay raw; [`Store::compact`] compresses every
     /// sealed segment at once. Needs the `zstd` cargo feature, as `Zstd` does.
     ///
@@ -271,12 +271,12 @@ pub struct Stats {
     /// Bytes appended to the log.
     pub bytes_written: u64,
     /// Bytes of zeros written ahead of the log's data, so that small batches land on
-    /// already-written blocks (DESIGN.md §2.6). Also sent to the disk, on top of
+    /// already-written blocks (docs/format.md §6). Also sent to the disk, on top of
     /// `bytes_written`.
     pub zero_bytes_written: u64,
     /// Bytes of zeros that end batches on a block boundary where the blocks were written
     /// before (a recycled segment file's earlier life), so that a write needs no read of
-    /// an uncached block (DESIGN.md §2.6). Handed to `write` on top of `bytes_written`;
+    /// an uncached block (docs/format.md §6). Handed to `write` on top of `bytes_written`;
     /// the disk writes those blocks either way.
     pub fill_bytes_written: u64,
     /// Bytes of the records the index holds (checkpoints and tool calls). Checkpoints that
@@ -284,12 +284,12 @@ pub struct Stats {
     /// [`checkpoints`](Self::checkpoints)).
     pub live_bytes: u64,
     /// Bytes of records in the log that the index no longer holds (an estimate once
-    /// compaction has run: DESIGN.md §9.1).
+    /// compaction has run: DESIGN.md §3.1, not done yet).
     pub dead_bytes: u64,
     /// Segment files.
     pub segments: u64,
     /// Retired segment files waiting to be recycled (at most
-    /// [`RECYCLE_FILES_MAX`](crate::log::RECYCLE_FILES_MAX); DESIGN.md §2.6).
+    /// [`RECYCLE_FILES_MAX`](crate::log::RECYCLE_FILES_MAX); docs/format.md §6).
     pub free_segments: u64,
     /// Bytes of segment files on disk (including preallocated space), and of the retired
     /// files waiting to be recycled.

@@ -3,7 +3,7 @@
 //! between which storage operations, and the oracle that judges a recovered store
 //! against that log.
 //!
-//! The workload covers format v2's segment kinds (DESIGN.md §2.5, §2.6): with 4 KiB
+//! The workload covers format v2's segment kinds (docs/format.md §5, §6): with 4 KiB
 //! segments, one task slot grows a state of several segments (up to
 //! [`BULK_BYTES_MAX`], 10 segments) by big deltas, so its snapshots and big deltas are
 //! records larger than a segment, each in a segment of its own; tasks are forked (the
@@ -562,7 +562,7 @@ fn check_task(
 }
 
 /// Whether retention may have pruned `call` of the task whose events are `evs`, and a
-/// compaction dropped it, before a crash at operation `n` (DESIGN.md §7.4): it finished,
+/// compaction dropped it, before a crash at operation `n` (docs/store.md §4): it finished,
 /// and a compaction ran after the task's oldest retained checkpoint (`max(1, latest -
 /// keep + 1)`: the handle never reopens, so no history is headless) was committed after
 /// the finish. That takes `keep` checkpoints (commits, or the fork that made the task)

@@ -1,7 +1,7 @@
 //! By name only (`AGENTWAL_BENCH_BACKENDS`): `agentwal-recycled`, the `agentwal` backend
 //! (the same workload, the same code, the same default `Options`) on a store that lived
 //! before, whose **active segment is a recycled file** when the timed run starts
-//! (DESIGN.md §2.6): its blocks were written by an earlier life, so appends to it change
+//! (docs/format.md §6): its blocks were written by an earlier life, so appends to it change
 //! no file size and convert no unwritten extent. A fresh store's first segment never
 //! fills in this workload, so `agentwal` never gets there.
 //!

@@ -1,4 +1,4 @@
-//! `postgres-seed`: what the article and LangGraph's savers do, on the same server: the
+//! `postgres-seed`: the common design (LangGraph's savers do the same), on the same server: the
 //! full state as JSON per step, one row per checkpoint, in
 //! `checkpoints (task text, seq bigint, state jsonb, primary key (task, seq))`; a commit is
 //! one `INSERT` in its own (autocommit) transaction, one round trip; `load_latest` is

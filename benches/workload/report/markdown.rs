@@ -259,7 +259,7 @@ fn ratios(w: &mut String, cfg: &Config, run: &Run) {
     );
 }
 
-/// Per T, the figures issue 14's v2 targets are judged on (the targets themselves are at
+/// Per T, the figures the format v2 targets are judged on (the targets themselves are at
 /// the largest T; the other T show where a figure comes from).
 fn v2_figures(w: &mut String, cfg: &Config, run: &Run) {
     let _ = writeln!(w, "\n## Figures of the v2 targets, per T\n");
@@ -317,8 +317,7 @@ fn targets_table(w: &mut String, cfg: &Config, run: &Run) {
         w,
         "A commits/s target is judged on the ratio of the two medians over rounds; the \
          ratios within each round (the backends ran back to back) are shown beside it. \
-         v2: issue 14's targets for format v2, reported here before it lands; a missed one \
-         fails nothing.\n"
+         v2: the targets for format v2; a missed one fails nothing.\n"
     );
     let _ = writeln!(w, "| set | target | measured | met |");
     let _ = writeln!(w, "|---|---|---|---|");

@@ -85,12 +85,12 @@ fn markdown(
          gives up for multi-host.\n\
          - `agentwal-postgres`: `PgStore::commit` (default `PgOptions`, `pool_idle_max` = T), one \
          handle shared by the T worker threads; a commit is one transaction of 8 statements in \
-         two pipelined round trips, prepared once per connection (DESIGN.md §7.13.2); a load \
+         two pipelined round trips, prepared once per connection (docs/postgres.md §2); a load \
          reads the task row and folds the rows from the last snapshot.\n\
          - `postgres-floor`: the least a durable commit costs on the same server: the delta's \
          postcard bytes as one autocommit `INSERT` per step (one round trip, one WAL flush), \
          one `tokio-postgres` connection per worker thread, statement prepared.\n\
-         - `postgres-seed`: what the article and LangGraph's savers do: the full state as JSON, one \
+         - `postgres-seed`: the common design (LangGraph's savers do the same): the full state as JSON, one \
          row per checkpoint in `checkpoints (task text, seq bigint, state jsonb, primary key (task, \
          seq))`, one autocommit `INSERT` per step (one round trip), one `tokio-postgres` connection \
          per worker thread, statements prepared; `load_latest` = `SELECT state::text ... ORDER BY seq \

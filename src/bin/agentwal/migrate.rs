@@ -1,5 +1,5 @@
 //! `agentwal migrate DIR URL`: copies a local store into PostgreSQL, one transaction per
-//! task, then checks the copy task by task against the local store (DESIGN.md §7.13.8).
+//! task, then checks the copy task by task against the local store (docs/postgres.md §7).
 //! Safe to run again after an interruption: a task is wholly copied or not at all, and one
 //! already there that reads the same as the local one is skipped.
 

@@ -2,7 +2,7 @@
 //! records of a prefix of sealed segments into one compacted segment that replaces the
 //! last of them, then delete the rest.
 //!
-//! Crash safety, step by step (DESIGN.md, "Compaction"):
+//! Crash safety, step by step (docs/store.md §7):
 //! 0. delete the leading segments that hold nothing live, lowest id first, fsyncing the
 //!    directory after each: a crash leaves a suffix of the log, which recovery accepts
 //!    as it is (the first segment present starts the log). This comes before anything is
@@ -308,7 +308,7 @@ impl Log {
     /// fsync) before the next, so a crash leaves a suffix of the log (recovery accepts
     /// any first segment) and never revives a lower segment once a higher one is gone:
     /// that would break the chain, or bring superseded segments back if the one deleted
-    /// was the compacted segment that superseded them. DESIGN.md §6.4.
+    /// was the compacted segment that superseded them. docs/log.md §4.4.
     pub(super) fn remove_dead_prefix(&self, through_id: u64) -> Result<(Vec<PathBuf>, u64)> {
         let active = self.active_segment_id()?;
         if through_id >= active {

@@ -9,7 +9,7 @@ use crate::log::record::Salt;
 use crate::storage::{FileView, Storage};
 
 /// What keeps the bytes a read-only scan read readable for the handle's lifetime, however
-/// a writer renames or deletes the file afterwards (DESIGN.md §5.4).
+/// a writer renames or deletes the file afterwards (docs/log.md §3.4).
 #[derive(Clone)]
 pub(crate) struct SegmentPin {
     /// A memory map of the file as scanned, or a copy of the bytes scanned.

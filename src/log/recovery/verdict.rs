@@ -2,7 +2,7 @@
 //! continuation before its seal. A torn tail (the last batch cut short by a crash) is
 //! discarded; anything else is corruption, which salvage skips.
 //!
-//! The rule (DESIGN.md, "Recovery rules"): an invalid or incomplete batch is a torn tail
+//! The rule (docs/log.md §3): an invalid or incomplete batch is a torn tail
 //! only when it sits in the final segment and no later record carries
 //! `FLAG_DURABLE_BEFORE`. That flag marks a batch written after every earlier byte was
 //! durable, so finding one after a bad region proves the bad region was once durable:

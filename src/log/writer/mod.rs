@@ -164,7 +164,7 @@ pub(crate) struct WriterStart {
 /// Hands out segment salts: each new segment file (created, recycled or compacted) gets
 /// the next one, so within a store the salts of segment lives only increase. A recycled
 /// file's earlier lives all had lower salts than its new one, which therefore differs
-/// from each (DESIGN.md §2.3). It wraps after 2^32 segments.
+/// from each (docs/format.md §3). It wraps after 2^32 segments.
 #[derive(Debug)]
 pub(crate) struct SaltSource(AtomicU32);
 

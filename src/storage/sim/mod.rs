@@ -6,7 +6,7 @@
 //! (as of its last completed `sync_data`) and the changes made since. Directory entries
 //! are volatile until `sync_dir` of their directory makes them durable (directories
 //! themselves are durable once created). [`SimStorage::crash_images`] lists the disk
-//! images a power loss may leave (DESIGN.md §4); [`SimStorage::from_image`] boots one.
+//! images a power loss may leave (docs/log.md §2); [`SimStorage::from_image`] boots one.
 //!
 //! Every fallible call (all but `is_dir`) is an *operation*, numbered from 0:
 //! [`fail_at`](SimStorage::fail_at) makes one fail without effect (or all from it on),
@@ -150,7 +150,7 @@ impl SimStorage {
     }
 
     /// Whether a damaged sector keeps the old bytes the write did not cover ("powersafe
-    /// overwrite", DESIGN.md §4; the default) or may lose them too.
+    /// overwrite", docs/log.md §2; the default) or may lose them too.
     pub fn set_powersafe_overwrite(&self, on: bool) {
         self.0.lock().unsafe_overwrite = !on;
     }
@@ -191,7 +191,7 @@ impl SimStorage {
         self.0.lock().fs.image(&Plan::Durable, true)
     }
 
-    /// The disk images a power loss now may leave (DESIGN.md §4): the durable state; all
+    /// The disk images a power loss now may leave (docs/log.md §2): the durable state; all
     /// that was written; each file's last write that changes bytes, cut at every byte
     /// (below [`CUT_EVERY_BYTE_BELOW`] bytes) or sector boundary; every subset of up to 4
     /// pending directory changes; then `limit` random combinations drawn from `seed`

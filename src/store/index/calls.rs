@@ -1,5 +1,5 @@
 //! Tool-call entries of the index: where each call's begin and finish records are, and
-//! whether retention still keeps the call (DESIGN.md §7.4, §7.7).
+//! whether retention still keeps the call (docs/store.md §4, §7).
 
 use std::collections::HashMap;
 

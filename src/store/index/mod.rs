@@ -1,6 +1,6 @@
 //! The in-memory index: per task, only positions and small metadata (states stay on disk).
 //!
-//! Memory per task (x86-64; sizes checked at compile time, DESIGN.md §7.1): its id, its
+//! Memory per task (x86-64; sizes checked at compile time, docs/store.md §1): its id, its
 //! entry in the task map (24 B + a control byte, plus hash-table slack), and a `TaskSlot`
 //! of 152 B (168 B with the `Arc` counts) that holds up to [`INLINE_CHECKPOINTS`]
 //! checkpoints in place. More checkpoints move to a `Vec` of 20 B entries ([`PackedCp`]).

@@ -170,7 +170,7 @@ impl TaskData {
     /// lies before the record of checkpoint `retained_from`, the oldest retained (no
     /// retained checkpoint can resume from before them). Pending calls stay. Nothing is
     /// pruned from a task without that checkpoint (none at all: only calls).
-    /// DESIGN.md §7.4.
+    /// docs/store.md §4.
     pub fn prune_calls(&mut self, retained_from: u64) {
         if let Some(oldest) = self.checkpoint(retained_from) {
             self.calls.prune_finished_before(oldest.pos);
