@@ -27,7 +27,7 @@ struct Cli {
     /// Log engine events to stderr (-v: info, -vv: debug).
     #[arg(short, long, action = clap::ArgAction::Count, global = true)]
     verbose: u8,
-    /// Print machine-readable JSON (shapes documented in README, "CLI JSON").
+    /// Print machine-readable JSON (shapes documented in docs/cli.md).
     #[arg(long, global = true)]
     json: bool,
     #[command(subcommand)]
