@@ -490,7 +490,7 @@ fn bad_addresses_get_clear_errors_and_exit_2() {
     assert!(!stderr(&out).contains("s3cret"), "{}", stderr(&out));
 }
 
-/// Figures for docs/postgres.md §7, run by hand: `cargo test --release --features postgres
+/// Figures for bench-results/postgres-probes.md, run by hand: `cargo test --release --features postgres
 /// --test pg_cli -- --ignored --nocapture` with a cluster; `AGENTWAL_PG_CLI_TASKS` tasks of
 /// `AGENTWAL_PG_CLI_STEPS` commits each (default 50 and 200).
 #[test]
