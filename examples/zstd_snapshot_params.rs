@@ -1,5 +1,5 @@
 //! Probe: zstd settings for snapshot bodies, the CPU and ratio of each (for
-//! bench-results/v2-margins.md). Not a test of the store: it compresses encoded
+//! bench-results/format-v2.md). Not a test of the store: it compresses encoded
 //! snapshots of the workload bench's states and chunks of the repository's own text with
 //! each candidate's context, reused as the store reuses its thread's context.
 //!

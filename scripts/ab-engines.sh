@@ -3,7 +3,7 @@
 # A B, ...), so that both see the same disk and the same neighbours: the way to judge a
 # "no regression" target, such as p99 at 64 tasks, against an earlier version. A figure
 # from a run made hours earlier is no baseline on this shared machine (bench-results/
-# v2-verdict.md, section 3: the same engine's p99 moved 2x between two days).
+# format-v2.md, "p99 at 64 tasks": the same engine's p99 moved 2x between two days).
 #
 #   bash scripts/ab-engines.sh REV [PAIRS]
 #

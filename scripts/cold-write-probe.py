@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """What a write into a written-but-uncached file costs, and what avoids it.
 
-bench-results/v2-margins.md, section 5: a loop of pwrite + fdatasync at increasing offsets
+bench-results/format-v2.md, "The cold recycled file": a loop of pwrite + fdatasync at increasing offsets
 into a 16 MiB file written and synced beforehand, its pages dropped from the cache (except
 "warm"); modes alternate, 5 runs each, medians of appends/s. "willneed" asks the kernel to
 read 1 MiB ahead (posix_fadvise), "pad" extends each write with zeros to the end of its

@@ -7,7 +7,7 @@
 //! before the batch's fdatasync. A batch ends inside a block almost every time, so in a
 //! recycled file whose pages were evicted almost every batch waited for a read (measured:
 //! 0.67–0.80× the commits/s of the same store with the file cached, at 1 and 8 tasks;
-//! bench-results/v2-margins.md, section 5).
+//! bench-results/format-v2.md, "The cold recycled file").
 //!
 //! So in those blocks the writer extends each write with zeros to the end of its last
 //! block: a write that covers whole blocks needs no read, and the next batch starts in a
