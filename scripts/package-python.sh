@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Packaging check of the Python package (python/): builds its sdist and its wheel with the
-# pinned maturin into a temporary directory, checks that both hold the license files, that
+# pinned maturin into a temporary directory, checks that both hold the license files and
+# carry python/README.md as their description, that
 # the wheel installs into a fresh virtualenv and imports, and that the sdist builds a wheel
 # that installs and imports too. Fails on the first error. .ci/run runs it.
 # Uses target/pyenv (scripts/test-python.sh's venv) when it has the pinned maturin, else
@@ -43,6 +44,18 @@ for f in LICENSE-MIT LICENSE-APACHE; do
     unzip -p "$wheel" "${name}.dist-info/METADATA" | grep -qx "License-File: $f" || { echo "METADATA lacks $f"; exit 1; }
 done
 unzip -p "$wheel" "${name}.dist-info/METADATA" | grep -qx "License-Expression: MIT OR Apache-2.0"
+
+step "one description: python/README.md, the sdist's PKG-INFO and the wheel's METADATA"
+# pyproject.toml's `readme` is PYPI.md, a symlink to README.md (the sdist puts pyproject.toml
+# at the workspace root, where README.md is the root crate's), so the two cannot drift; this
+# checks the link and that the description both distributions carry is README.md's text.
+[ "$(readlink python/PYPI.md)" = README.md ] || { echo "python/PYPI.md must be a symlink to README.md"; exit 1; }
+same_text() {  # the body after the metadata headers equals python/README.md, bar blank edges
+    python3 -c 'import sys; a, b = sys.stdin.read().split("\n\n", 1)[1], open(sys.argv[1]).read()
+sys.exit(a.strip() != b.strip())' python/README.md
+}
+tar xzf "$sdist" -O "$name/PKG-INFO" | same_text || { echo "the sdist's description is not python/README.md"; exit 1; }
+unzip -p "$wheel" "${name}.dist-info/METADATA" | same_text || { echo "the wheel's description is not python/README.md"; exit 1; }
 
 # Outside the repository, so that python/agentwal (no built extension) cannot shadow the
 # installed package.
