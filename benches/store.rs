@@ -1,4 +1,4 @@
-//! Store-level figures the issues ask for, measured side by side in one run:
+//! Store-level figures, measured side by side in one run:
 //! - `load_latest` of a 200-step task next to decoding the same state from one blob;
 //! - write amplification (log bytes / delta bytes) and read amplification of a load
 //!   (record bytes read / snapshot size of the state);

@@ -146,7 +146,7 @@ impl Expected {
     }
 }
 
-/// The realistic loop of the issue: writers commit agent steps with small segments,
+/// The realistic loop: writers commit agent steps with small segments,
 /// auto-compaction and explicit compactions; the main thread opens read-only handles (as
 /// `agentwal show` does) and every state it loads must be one the writers acknowledged.
 #[test]
