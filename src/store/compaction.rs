@@ -97,15 +97,15 @@ impl CompactionHooks for Inner {
 /// and again.
 fn collect_live(inner: &Inner, sealed: &dyn Fn(RecordPos) -> bool) -> (Vec<RecordPos>, u64) {
     let o = &inner.options;
-    let (keep, max_age_ms) = (o.keep_checkpoints, o.max_age.map(|d| d.as_millis() as u64));
+    let (keep, max_age) = (o.keep_checkpoints, o.max_age);
     // Without retention every checkpoint is kept from the first, and so is every call: the
     // rule could still drop calls finished before a task's first checkpoint, but a store
     // told to keep everything keeps everything (DESIGN.md §7.4).
-    let prune_calls = keep.is_some() || max_age_ms.is_some();
+    let prune_calls = keep.is_some() || max_age.is_some();
     let now = now_ms();
     let (mut positions, mut bytes) = (Vec::new(), 0);
     inner.index.for_each_mut(|_, data| {
-        let retained = data.retained_from(keep, max_age_ms, now);
+        let retained = data.retained_from(keep, max_age, now);
         if prune_calls {
             data.prune_calls(retained);
         }

@@ -19,12 +19,12 @@ use std::marker::PhantomData;
 use parking_lot::RawRwLock;
 use parking_lot::lock_api::ArcRwLockReadGuard;
 
-use super::calls::never_begun;
 use super::codec::{CallBeginRec, CallFinishRec};
 use super::commit::Reads;
 use super::gate::{GateGuard, GateWait};
 use super::*;
 use crate::log::{AppendThen, Appended};
+use crate::rules::journal::{self, never_begun};
 
 /// Where a deferred write's outcome goes.
 pub(crate) type Reply<T> = Box<dyn FnOnce(Result<T>) + Send>;
@@ -60,21 +60,18 @@ impl<S: State> Store<S> {
 
     /// Checks a `begin_call`'s arguments before it takes the task's gate.
     pub(crate) fn check_begin_call(&self, task: &str, call_id: &str, tool: &str) -> Result<()> {
-        self.check_commit(task)?;
-        validate_id("call id", call_id, CALL_ID_BYTES_MAX)?;
-        validate_id("tool name", tool, TOOL_NAME_BYTES_MAX)
+        self.writable()?;
+        journal::check_begin_args(task, call_id, tool)
     }
 
     /// Checks a `finish_call`'s arguments before it takes the task's gate: the task must
     /// exist.
     pub(crate) fn check_finish_call(&self, task: &str, call_id: &str) -> Result<()> {
-        self.check_commit(task)?;
-        validate_id("call id", call_id, CALL_ID_BYTES_MAX)?;
+        self.writable()?;
+        journal::check_call_args(task, call_id)?;
         match self.inner.index.get(task) {
             Some(_) => Ok(()),
-            None => Err(Error::UnknownTask {
-                task: task.to_string(),
-            }),
+            None => Err(journal::unknown_task(task)),
         }
     }
 

@@ -327,7 +327,8 @@ impl<S: State> Store<S> {
                         report.not_decoded(c.schema_version, || "not asked to decode".into());
                         return Ok(());
                     }
-                    match super::load::decode_body_bytes::<S>(&rec, &c, &body) {
+                    let meta = super::load::body_meta(&rec, &c);
+                    match crate::rules::decode_body::<S>(&meta, &body) {
                         Ok(_) => report.bodies_decoded += 1,
                         Err(e) if bodies == BodyCheck::Try => {
                             report.not_decoded(c.schema_version, || e.to_string());

@@ -27,7 +27,7 @@ use std::marker::PhantomData;
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::Instant;
 
 pub use crate::log::COMPACTION_DEAD_BYTES_MIN;
 #[cfg_attr(not(feature = "tokio"), allow(unused_imports))]
@@ -199,21 +199,4 @@ impl<S: State> Store<S> {
     }
 }
 
-pub(crate) fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
-}
-
-pub(crate) fn validate_id(what: &str, id: &str, max_bytes: usize) -> Result<()> {
-    if id.is_empty() {
-        return Err(Error::InvalidArgument(format!("{what} is empty")));
-    }
-    if id.len() > max_bytes {
-        return Err(Error::InvalidArgument(format!(
-            "{what} is {} bytes; the limit is {max_bytes}",
-            id.len()
-        )));
-    }
-    Ok(())
-}
+pub(crate) use crate::rules::{now_ms, validate_id};
