@@ -1,7 +1,6 @@
 //! The tool-call journal: durable intent before a tool runs, durable result after, so a
 //! restarted agent never runs a finished tool twice and knows which calls are uncertain.
 
-use super::backend::read_record;
 use super::codec::{self, CallBeginRec, CallFinishRec, Decoded};
 use super::index::CallEntry;
 use super::{PendingCall, Store, TASK_ID_BYTES_MAX, now_ms, validate_id};
@@ -149,7 +148,7 @@ impl<S: State> Store<S> {
         pos: RecordPos,
         f: impl FnOnce(Decoded<'_>) -> Option<T>,
     ) -> Result<T> {
-        read_record(&*self.inner.backend, pos, |rec| {
+        self.inner.log.read_with(pos, |rec| {
             let decoded = codec::decode(&rec)?;
             let found = match &decoded {
                 Decoded::CallBegin(b) => Some((b.task, b.call_id)),

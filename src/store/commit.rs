@@ -187,7 +187,7 @@ impl<S: State> Store<S> {
         state: &S,
         estimate_bytes: u64,
     ) -> Result<Option<Vec<u8>>> {
-        let limit = self.inner.backend.payload_bytes_max();
+        let limit = self.inner.log.payload_bytes_max();
         // Never more than a record can hold (a state too big to snapshot keeps
         // accumulating deltas, and with them the estimate).
         let bytes = codec::encode_with_capacity(state, estimate_bytes.min(limit) as usize)?;
@@ -223,15 +223,15 @@ impl<S: State> Store<S> {
         // Held from append to index update: compaction's barrier (an exclusive hold)
         // then knows every durable record below the active segment is indexed.
         let _indexing = self.inner.relocation.read();
-        let appended = self.inner.backend.append(kind, &payload)?;
+        let appended = self.inner.log.append(kind, &payload)?;
         self.apply_live(&rec, appended.pos, appended.bytes)
     }
 
-    /// Encodes a checkpoint record, refusing one whose payload would exceed the backend's
-    /// limit with its body uncompressed (as the backend refuses a raw one that does).
+    /// Encodes a checkpoint record, refusing one whose payload would exceed the log's
+    /// limit with its body uncompressed (as the log refuses a raw one that does).
     pub(super) fn encode_checkpoint(&self, c: &CheckpointRec<'_>) -> Result<Vec<u8>> {
         let payload = codec::encode_checkpoint(c)?;
-        let limit = self.inner.backend.payload_bytes_max();
+        let limit = self.inner.log.payload_bytes_max();
         compress::check_uncompressed_size(c, payload.len(), limit)?;
         Ok(payload)
     }
@@ -244,7 +244,7 @@ impl<S: State> Store<S> {
         bytes: u32,
     ) -> Result<()> {
         replay::apply(&self.inner.index, rec, pos, bytes).map_err(|why| Error::Corruption {
-            segment: self.inner.backend.path_of(pos),
+            segment: self.inner.log.path_of(pos),
             offset: pos.offset,
             reason: CorruptionReason::Inconsistent(why),
         })

@@ -136,7 +136,7 @@ fn collect_live(inner: &Inner, sealed: &dyn Fn(RecordPos) -> bool) -> (Vec<Recor
 pub(crate) fn run_pass(inner: &Inner, force: bool) -> Result<CompactionReport> {
     let _pass = inner.compactor.lock();
     let started = Instant::now();
-    let Some(done) = inner.backend.compact(force, inner)? else {
+    let Some(done) = inner.log.compact(force, inner)? else {
         return Ok(CompactionReport::default());
     };
     inner.compactions.fetch_add(1, Ordering::Relaxed);
@@ -227,7 +227,7 @@ pub(crate) fn spawn_background(inner: Weak<Inner>) -> Option<Periodic> {
         let Some(inner) = inner.upgrade() else {
             return ControlFlow::Break(());
         };
-        let rotations = inner.backend.rotations();
+        let rotations = inner.log.stats().rotations;
         if rotations != seen_rotations {
             seen_rotations = rotations;
             if let Err(e) = run_pass(&inner, false) {

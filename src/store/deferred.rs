@@ -218,7 +218,7 @@ impl<S: State> Store<S> {
             after,
             reply,
         };
-        self.inner.backend.append_then(kind, Box::new(write));
+        self.inner.log.append_then(kind, Box::new(write));
         Deferred::Handled
     }
 }
@@ -259,7 +259,7 @@ impl<S: State, T: Send + 'static> AppendThen for DeferredWrite<S, T> {
         } = *self;
         let result = outcome.and_then(|appended| {
             let rec = codec::decode_payload(kind, &payload).map_err(|reason| Error::Decode {
-                segment: store.inner.backend.path_of(appended.pos),
+                segment: store.inner.log.path_of(appended.pos),
                 offset: appended.pos.offset,
                 reason,
             })?;

@@ -4,7 +4,6 @@
 //! §7.13), with the schema version, so a copy needs neither the state type nor a
 //! re-encoding.
 
-use super::backend::read_record;
 use super::load::{indexed_checkpoint, stored_body};
 use super::{Store, TASK_ID_BYTES_MAX, validate_id};
 use crate::error::Result;
@@ -44,7 +43,7 @@ impl<S: State> Store<S> {
                 _ => return Ok(None),
             }
         };
-        read_record(&*self.inner.backend, pos, |rec| {
+        self.inner.log.read_with(pos, |rec| {
             let c = indexed_checkpoint(&rec, task, seq)?;
             let body = stored_body(&rec, &c)?.into_owned();
             Ok(Some(RawCheckpoint {

@@ -160,7 +160,7 @@ impl<S: State> Store<S> {
     /// migrating data written under another schema version. A record at `pos` that is not
     /// that checkpoint is an error, never a state.
     pub(super) fn read_body(&self, task: &str, seq: u64, pos: RecordPos) -> Result<DecodedBody<S>> {
-        read_record(&*self.inner.backend, pos, |rec| {
+        self.inner.log.read_with(pos, |rec| {
             let c = indexed_checkpoint(&rec, task, seq)?;
             decode_body(&rec, &c)
         })

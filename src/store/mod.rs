@@ -1,6 +1,5 @@
 //! The typed store: agent state as checkpoints on the log.
 
-mod backend;
 mod cache;
 mod calls;
 pub(crate) mod codec;
@@ -40,7 +39,6 @@ pub use inspect::{
 };
 pub use types::*;
 
-use self::backend::{Backend, read_record};
 use self::codec::{CheckpointRec, DeleteRec, Origin};
 use self::compress::StoredBody;
 use self::index::{CpEntry, Index, TaskData, TaskSlot};
@@ -96,9 +94,9 @@ impl<S: State> Clone for Store<S> {
 /// 5. a task's `TaskSlot::data`, briefly, never across I/O;
 /// 6. the latest-state cache's own lock, briefly.
 ///
-/// The backend's locks (the log writer's batch lock) come after all of these.
+/// The log's locks (its writer's batch lock) come after all of these.
 struct Inner {
-    backend: Box<dyn Backend>,
+    log: Log,
     index: Index,
     options: Options,
     report: RecoveryReport,
@@ -118,7 +116,7 @@ impl<S: State> Store<S> {
     /// or `Never`).
     pub fn flush(&self) -> Result<()> {
         self.writable()?;
-        self.inner.backend.flush()
+        self.inner.log.flush()
     }
 
     /// What `open` found: records replayed, torn bytes discarded, corruption skipped.
@@ -133,11 +131,11 @@ impl<S: State> Store<S> {
 
     /// The store's directory.
     pub fn dir(&self) -> &Path {
-        self.inner.backend.location()
+        self.inner.log.dir()
     }
 
     fn writable(&self) -> Result<()> {
-        if self.inner.backend.is_read_only() {
+        if self.inner.log.is_read_only() {
             Err(Error::ReadOnly)
         } else {
             Ok(())
