@@ -10,6 +10,23 @@ use crate::rules::journal::{self, Known, Step};
 use crate::state::State;
 
 impl<S: State> Store<S> {
+    /// Checks a `begin_call`'s arguments before it takes the task's gate.
+    pub(crate) fn check_begin_call(&self, task: &str, call_id: &str, tool: &str) -> Result<()> {
+        self.writable()?;
+        journal::check_begin_args(task, call_id, tool)
+    }
+
+    /// Checks a `finish_call`'s arguments before it takes the task's gate: the task must
+    /// exist.
+    pub(crate) fn check_finish_call(&self, task: &str, call_id: &str) -> Result<()> {
+        self.writable()?;
+        journal::check_call_args(task, call_id)?;
+        match self.inner.index.get(task) {
+            Some(_) => Ok(()),
+            None => Err(journal::unknown_task(task)),
+        }
+    }
+
     /// Durably records that `call_id` of `tool` with `args` is about to run (call it
     /// before the tool's side effect). Beginning the same call again with the same tool
     /// and args is a no-op (an agent resuming after a crash); with different ones, or

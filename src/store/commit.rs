@@ -3,6 +3,12 @@
 use super::*;
 
 impl<S: State> Store<S> {
+    /// Checks a commit's arguments before it takes the task's gate.
+    pub(crate) fn check_commit(&self, task: &str) -> Result<()> {
+        self.writable()?;
+        validate_id("task id", task, TASK_ID_BYTES_MAX)
+    }
+
     /// Commits `delta` as the task's next checkpoint and returns its seq (1, 2, 3, ...).
     /// With `SyncMode::Always` the checkpoint is durable when this returns. Commits to one
     /// task are serialized; commits to different tasks share fsyncs.

@@ -12,8 +12,6 @@
 //! the state is not cached, a journal entry that repeats an earlier one) is not deferred:
 //! the caller gets its reply back and runs the blocking path on a blocking thread.
 
-#![cfg_attr(not(feature = "tokio"), allow(dead_code))]
-
 use std::marker::PhantomData;
 
 use parking_lot::RawRwLock;
@@ -24,7 +22,7 @@ use super::commit::Reads;
 use super::gate::{GateGuard, GateWait};
 use super::*;
 use crate::log::{AppendThen, Appended};
-use crate::rules::journal::{self, never_begun};
+use crate::rules::journal::never_begun;
 
 /// Where a deferred write's outcome goes.
 pub(crate) type Reply<T> = Box<dyn FnOnce(Result<T>) + Send>;
@@ -49,29 +47,6 @@ impl<S: State> Store<S> {
             if !slot.data.read().deleted {
                 return gate;
             }
-        }
-    }
-
-    /// Checks a commit's arguments before it takes the task's gate.
-    pub(crate) fn check_commit(&self, task: &str) -> Result<()> {
-        self.writable()?;
-        validate_id("task id", task, TASK_ID_BYTES_MAX)
-    }
-
-    /// Checks a `begin_call`'s arguments before it takes the task's gate.
-    pub(crate) fn check_begin_call(&self, task: &str, call_id: &str, tool: &str) -> Result<()> {
-        self.writable()?;
-        journal::check_begin_args(task, call_id, tool)
-    }
-
-    /// Checks a `finish_call`'s arguments before it takes the task's gate: the task must
-    /// exist.
-    pub(crate) fn check_finish_call(&self, task: &str, call_id: &str) -> Result<()> {
-        self.writable()?;
-        journal::check_call_args(task, call_id)?;
-        match self.inner.index.get(task) {
-            Some(_) => Ok(()),
-            None => Err(journal::unknown_task(task)),
         }
     }
 

@@ -10,7 +10,6 @@ use crate::error::Result;
 use crate::state::State;
 
 /// One checkpoint record of a task, as stored.
-#[cfg_attr(not(feature = "postgres"), allow(dead_code))]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct RawCheckpoint {
     pub seq: u64,
@@ -29,7 +28,6 @@ impl<S: State> Store<S> {
     /// Checkpoint `seq` of `task` as its record stores it, the body decompressed; `None`
     /// if the index holds no such checkpoint (unknown task, deleted, or forgotten by
     /// compaction). The record is checked to be that checkpoint, as every load checks it.
-    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
     pub(crate) fn raw_checkpoint(&self, task: &str, seq: u64) -> Result<Option<RawCheckpoint>> {
         validate_id("task id", task, TASK_ID_BYTES_MAX)?;
         let Some(slot) = self.inner.index.get(task) else {

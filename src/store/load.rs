@@ -62,7 +62,7 @@ impl<S: State> Store<S> {
 
     /// [`load_latest`](Self::load_latest) when it needs no read of the disk: the task is
     /// unknown or has no checkpoint, or its latest state is cached. `None`: it needs one.
-    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
+    #[cfg(feature = "tokio")]
     pub(crate) fn load_latest_cached(&self, task: &str) -> Option<Result<Option<Checkpoint<S>>>> {
         if let Err(e) = validate_id("task id", task, TASK_ID_BYTES_MAX) {
             return Some(Err(e));

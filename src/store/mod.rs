@@ -6,8 +6,10 @@ pub(crate) mod codec;
 mod commit;
 mod compaction;
 mod compress;
+#[cfg(feature = "tokio")]
 mod deferred;
 mod delete;
+#[cfg(feature = "postgres")]
 mod export;
 mod fork;
 mod gate;
@@ -29,9 +31,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 pub use crate::log::COMPACTION_DEAD_BYTES_MIN;
-#[cfg_attr(not(feature = "tokio"), allow(unused_imports))]
+#[cfg(feature = "tokio")]
 pub(crate) use deferred::{Deferred, Reply};
-#[cfg_attr(not(feature = "postgres"), allow(unused_imports))]
+#[cfg(feature = "postgres")]
 pub(crate) use export::RawCheckpoint;
 pub use inspect::{
     BodyCheck, BodySummary, CallInfo, RecordSummary, TaskInfo, UndecodedBodies, VerifyReport,
@@ -181,6 +183,7 @@ impl<S: State> Store<S> {
     /// How many task slots the in-memory index holds, tasks or not. Equal to
     /// `stats().tasks` unless writes on other threads are under way; exposed for tests of
     /// the index's memory, not a stable API.
+    #[cfg(feature = "test-hooks")]
     #[doc(hidden)]
     pub fn index_slots(&self) -> usize {
         self.inner.index.slot_count()
@@ -189,6 +192,7 @@ impl<S: State> Store<S> {
     /// How many tool-call entries the in-memory index holds over all tasks, those
     /// retention pruned but compaction has not yet dropped included; exposed for tests of
     /// the index's memory, not a stable API.
+    #[cfg(feature = "test-hooks")]
     #[doc(hidden)]
     pub fn index_call_entries(&self) -> usize {
         let mut n = 0;
