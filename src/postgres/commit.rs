@@ -10,11 +10,11 @@ use tokio_postgres::types::Type;
 use super::PgStore;
 use super::conn::{Attempt, Conn, Fail};
 use super::load::{LOCK_TASK_SQL, TaskRow, fold};
-use super::statements;
-use super::write::{
+use super::protocol::{
     FENCE_SQL, FENCE_TYPES, RECORD_WRITE_SQL, RECORD_WRITE_TYPES, fence_row, judge_fence,
     record_write,
 };
+use super::statements;
 use super::writes::{
     INSERT_CHECKPOINT_SQL, INSERT_CHECKPOINT_TYPES, NewCheckpoint, UPDATE_TASK_SQL,
     UPDATE_TASK_TYPES, create_task, insert_row, lock_task, update_task,

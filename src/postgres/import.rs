@@ -7,7 +7,7 @@ use tokio_postgres::Client;
 
 use super::PgStore;
 use super::conn::{Attempt, Fail};
-use super::write::{check_fence, record_write};
+use super::protocol::{check_fence, record_write};
 use crate::error::{Error, Result};
 use crate::state::State;
 use crate::store::codec;
