@@ -155,16 +155,14 @@ pub enum Error {
     /// program's state type, though the record around it checks out (checksum, record
     /// kind, task and seq). Not damage: the store was most likely written with another
     /// `State` type, or another encoding of it under the same `State::VERSION`.
+    /// Both backends return it, naming where the body is stored.
     #[error(
-        "checkpoint {seq} of task {task:?} (segment {}, offset {offset}, schema version {schema_version}) \
-         does not decode as this program's state type: {reason}",
-        segment.display()
+        "checkpoint {seq} of task {task:?} ({location}, schema version {schema_version}) \
+         does not decode as this program's state type: {reason}"
     )]
     BodyDecode {
-        /// The segment file.
-        segment: PathBuf,
-        /// Byte offset of the record.
-        offset: u64,
+        /// Where the body is stored: a log record, or a PostgreSQL row.
+        location: BodyLocation,
         /// The task.
         task: String,
         /// The checkpoint's seq.
@@ -251,6 +249,32 @@ pub enum Error {
         /// How long until it expires, by the server's clock, in milliseconds.
         expires_in_ms: u64,
     },
+}
+
+/// Where a checkpoint's body is stored, as [`Error::BodyDecode`] names it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum BodyLocation {
+    /// A record of the local store's log.
+    Log {
+        /// The segment file.
+        segment: PathBuf,
+        /// Byte offset of the record.
+        offset: u64,
+    },
+    /// The PostgreSQL backend's `checkpoints` row of the error's task and seq.
+    Postgres,
+}
+
+impl std::fmt::Display for BodyLocation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            BodyLocation::Log { segment, offset } => {
+                write!(f, "segment {}, offset {offset}", segment.display())
+            }
+            BodyLocation::Postgres => f.write_str("PostgreSQL table checkpoints"),
+        }
+    }
 }
 
 /// Why a path is not an agentwal store ([`Error::NotAStore`]).

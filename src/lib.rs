@@ -14,6 +14,7 @@ pub mod error;
 pub mod log;
 #[cfg(feature = "postgres")]
 pub mod postgres;
+pub(crate) mod rules;
 mod state;
 pub mod storage;
 mod store;
@@ -22,7 +23,7 @@ mod value;
 
 #[cfg(feature = "tokio")]
 pub use async_store::AsyncStore;
-pub use error::{CorruptionReason, Error, NotAStoreReason, Result};
+pub use error::{BodyLocation, CorruptionReason, Error, NotAStoreReason, Result};
 pub use log::{RecoveryMode, SyncMode};
 pub use state::{AgentDelta, AgentState, Message, Role, State, ToolCall};
 pub use store::{

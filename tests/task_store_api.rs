@@ -7,7 +7,8 @@ mod common;
 
 use std::collections::HashMap;
 
-use agentwal::{AgentDelta, AgentState, Error, Message, State, TaskStore, Value};
+use agentwal::{AgentDelta, AgentState, BodyLocation, Error, Message, State, TaskStore, Value};
+use common::states::CounterV1;
 
 /// The options both backends share.
 #[derive(Clone, Copy)]
@@ -490,4 +491,76 @@ fn loads_racing_commits_see_only_committed_states(store: &impl TaskStore<AgentSt
         }
     });
     assert_eq!(store.load_latest("t").unwrap().unwrap().seq, 40);
+}
+
+/// A body that does not decode as the program's state type (written by a program with
+/// another one) is `Error::BodyDecode` on both backends, naming the checkpoint and where
+/// its body is stored: never another error kind on one of them. `write` commits to the
+/// backend with another state type; `reader` then reads what it wrote.
+fn another_state_types_body_is_body_decode<R: TaskStore<AgentState>>(
+    write: impl FnOnce(),
+    reader: impl FnOnce() -> R,
+    stored_here: fn(&BodyLocation) -> bool,
+) {
+    write();
+    let reader = reader();
+    for loaded in [reader.load_latest("t"), reader.load("t", 2)] {
+        match loaded {
+            Err(Error::BodyDecode {
+                location,
+                task,
+                seq: 1,
+                schema_version: 1,
+                ..
+            }) => {
+                assert_eq!(task, "t");
+                assert!(stored_here(&location), "{location:?}");
+            }
+            other => panic!("expected BodyDecode of checkpoint 1, got {other:?}"),
+        }
+    }
+}
+
+/// Commits two counter deltas to task "t" of `writer`.
+fn commit_counters(writer: &impl TaskStore<CounterV1>) {
+    writer.commit("t", &5).unwrap();
+    writer.commit("t", &7).unwrap();
+}
+
+mod another_state_types_body_is_body_decode {
+    use agentwal::{AgentState, BodyLocation, Store};
+
+    use crate::common::states::CounterV1;
+
+    #[test]
+    fn local() {
+        let dir = tempfile::tempdir().unwrap();
+        super::another_state_types_body_is_body_decode(
+            || {
+                let writer: Store<CounterV1> = Store::open(dir.path()).unwrap();
+                super::commit_counters(&writer);
+            },
+            || Store::<AgentState>::open(dir.path()).unwrap(),
+            |at| matches!(at, BodyLocation::Log { offset, .. } if *offset > 0),
+        );
+    }
+
+    #[cfg(feature = "postgres")]
+    #[test]
+    fn postgres() {
+        use agentwal::postgres::{PgOptions, PgStore};
+        let options = PgOptions {
+            schema: crate::common::pg::fresh_schema("body_decode"),
+            ..PgOptions::default()
+        };
+        let url = crate::common::pg::url();
+        super::another_state_types_body_is_body_decode(
+            || {
+                let writer: PgStore<CounterV1> = PgStore::open(&url, options.clone()).unwrap();
+                super::commit_counters(&writer);
+            },
+            || PgStore::<AgentState>::open(&url, options.clone()).unwrap(),
+            |at| *at == BodyLocation::Postgres,
+        );
+    }
 }

@@ -389,7 +389,7 @@ class Store:
 
         With retention configured (``keep_checkpoints``, ``max_age_ms``), a call that
         finished before the task's oldest retained checkpoint is pruned by compaction and
-        then reads as ``None``: no retained checkpoint can resume before it (DESIGN.md §7.4).
+        then reads as ``None``: no retained checkpoint can resume before it (docs/store.md §4).
         Use call ids that a resumed step recomputes, never ids of calls older than the
         checkpoint it resumes from."""
     def pending_calls(self, task: str) -> List[PendingCall]:

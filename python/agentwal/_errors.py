@@ -153,11 +153,12 @@ class BodyDecodeError(AgentwalError):
     """A checkpoint's body does not decode as ``AgentState`` (the store was written by a
     program with another state type), though its record checks out.
 
-    Attributes: ``segment``, ``offset``, ``task``, ``seq``, ``schema_version``, ``reason``.
+    Attributes: ``segment``, ``offset``, ``task``, ``seq``, ``schema_version``, ``reason``;
+    ``segment`` and ``offset`` are ``None`` when the body is a PostgreSQL row.
     """
 
-    segment: str
-    offset: int
+    segment: str | None
+    offset: int | None
     task: str
     seq: int
     schema_version: int

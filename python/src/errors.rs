@@ -186,8 +186,7 @@ pub fn to_py_err(py: Python<'_>, e: Error) -> PyErr {
             &[("found", obj(py, found)), ("expected", obj(py, expected))],
         ),
         Error::BodyDecode {
-            segment,
-            offset,
+            location,
             task,
             seq,
             schema_version,
@@ -197,8 +196,8 @@ pub fn to_py_err(py: Python<'_>, e: Error) -> PyErr {
             "BodyDecodeError",
             message,
             &[
-                ("segment", obj(py, path(&segment))),
-                ("offset", obj(py, offset)),
+                ("segment", obj(py, body_segment(&location))),
+                ("offset", obj(py, body_offset(&location))),
                 ("task", obj(py, task)),
                 ("seq", obj(py, seq)),
                 ("schema_version", obj(py, schema_version)),
@@ -260,5 +259,21 @@ pub fn to_py_err(py: Python<'_>, e: Error) -> PyErr {
         ),
         // `Error` is non-exhaustive: a variant added later is still an AgentwalError.
         _ => raise(py, "AgentwalError", message, &[]),
+    }
+}
+
+/// The segment file of a body stored in the log (`None` on PostgreSQL).
+fn body_segment(location: &agentwal::BodyLocation) -> Option<String> {
+    match location {
+        agentwal::BodyLocation::Log { segment, .. } => Some(path(segment)),
+        _ => None,
+    }
+}
+
+/// The record offset of a body stored in the log (`None` on PostgreSQL).
+fn body_offset(location: &agentwal::BodyLocation) -> Option<u64> {
+    match location {
+        agentwal::BodyLocation::Log { offset, .. } => Some(*offset),
+        _ => None,
     }
 }

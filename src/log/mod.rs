@@ -29,6 +29,7 @@ pub mod record;
 mod recovery;
 mod recycle;
 pub(crate) mod segment;
+#[cfg(feature = "tokio")]
 mod syncer;
 mod writer;
 
@@ -158,10 +159,10 @@ fn record_bytes(payload_bytes: usize) -> u32 {
     bytes as u32
 }
 
-#[cfg_attr(not(feature = "tokio"), allow(dead_code))]
 /// A record for [`Log::append_then`]: its payload, and what to do once it is done.
 pub(crate) trait AppendThen: Send {
     /// The record's payload (copied into the batch when queued).
+    #[cfg(feature = "tokio")]
     fn payload(&self) -> &[u8];
     /// Told once: where the record is, once it is as durable as the sync mode promises,
     /// or why it failed. Runs on the thread that finished the batch, with no lock of the
@@ -207,6 +208,7 @@ pub struct LogStats {
 pub struct Log {
     // Declared first so it drops first: the last handle stops and joins the syncer (which
     // holds the log's `Inner`) before anything else goes.
+    #[cfg(feature = "tokio")]
     _syncer: Arc<syncer::SyncerSlot>,
     // Declared next so it drops first: the last handle stops and joins the `Periodic`
     // flusher before the writer (and the directory lock) goes, so a reopen right after
@@ -289,7 +291,7 @@ impl Log {
     /// Queues a record without blocking: `then` learns the outcome from the thread that
     /// finishes its batch (a syncer thread, started at the first call, leads the batches
     /// no blocking appender leads). The async API's append.
-    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
+    #[cfg(feature = "tokio")]
     pub(crate) fn append_then(&self, kind: u8, then: Box<dyn AppendThen>) {
         let writer = match self.writer() {
             Ok(writer) => writer,

@@ -80,6 +80,7 @@ impl Log {
             _ => None,
         };
         Ok(Log {
+            #[cfg(feature = "tokio")]
             _syncer: Arc::default(),
             _flusher: Arc::new(flusher),
             inner,

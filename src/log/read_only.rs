@@ -47,6 +47,7 @@ impl Log {
         let scan = scan_read_only(&*storage, &dir, options.recovery, &mut visit)?;
         log_recovery(&dir, &scan.report, started);
         Ok(Log {
+            #[cfg(feature = "tokio")]
             _syncer: Arc::default(),
             _flusher: Arc::new(None),
             inner: Arc::new(Inner {

@@ -5,8 +5,6 @@
 //! Started at the first such append; stopped and joined when the last handle drops,
 //! like the `Periodic` flusher (see `crate::background`).
 
-#![cfg_attr(not(feature = "tokio"), allow(dead_code))]
-
 use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
 

@@ -10,11 +10,11 @@ use tokio_postgres::types::Type;
 use super::PgStore;
 use super::conn::{Attempt, Conn, Fail};
 use super::load::{LOCK_TASK_SQL, TaskRow, fold};
-use super::statements;
-use super::write::{
+use super::protocol::{
     FENCE_SQL, FENCE_TYPES, RECORD_WRITE_SQL, RECORD_WRITE_TYPES, fence_row, judge_fence,
     record_write,
 };
+use super::statements;
 use super::writes::{
     INSERT_CHECKPOINT_SQL, INSERT_CHECKPOINT_TYPES, NewCheckpoint, UPDATE_TASK_SQL,
     UPDATE_TASK_TYPES, create_task, insert_row, lock_task, update_task,
@@ -142,7 +142,7 @@ async fn commit_pipelined(c: &Conn, id: &str, a: &Attempted<'_>) -> Attempt<Comm
         }));
     }
     // A history written under another schema version is rebuilt (through the migration
-    // hooks, refusing the commit if it cannot be read) and snapshotted first (§7.6).
+    // hooks, refusing the commit if it cannot be read) and snapshotted first (docs/store.md §6).
     let due = snapshot_due(row.counters, a.delta.len() as u64, a.snapshot_every)
         || row.foreign_schema(a.version);
     let body = match (due, a.prepared) {

@@ -7,7 +7,7 @@ use tokio_postgres::Client;
 
 use super::PgStore;
 use super::conn::{Attempt, Fail};
-use super::write::{check_fence, record_write};
+use super::protocol::{check_fence, record_write};
 use crate::error::{Error, Result};
 use crate::state::State;
 use crate::store::codec;
@@ -230,7 +230,7 @@ fn plan<S: State>(local: &Store<S>, task: &str) -> Result<Option<Plan>> {
         rows.push(row);
     }
     // The counters a commit here would have left: the newest snapshot's size, and the
-    // deltas since; the schema versions the latest state folds from (§7.6).
+    // deltas since; the schema versions the latest state folds from (docs/store.md §6).
     let base = rows.iter().rposition(|r| r.snapshot);
     let deltas = &rows[base.map_or(0, |b| b + 1)..];
     let counters = SnapshotCounters {

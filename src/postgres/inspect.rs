@@ -6,11 +6,14 @@ use tokio_postgres::{Client, IsolationLevel};
 
 use super::PgStore;
 use super::conn::{Attempt, RowExt};
-use super::load::{TASK_COLUMNS, TaskRow, age_cutoff_ms, utf8};
+use super::load::{TASK_COLUMNS, TaskRow, utf8};
 use crate::error::Result;
+use crate::rules::body::At;
+use crate::rules::{self, BodyMeta, retention};
 use crate::state::State;
 use crate::store::{
-    BodyCheck, CallInfo, TASK_ID_BYTES_MAX, TaskInfo, UndecodedBodies, VerifyReport, validate_id,
+    BodyCheck, CallInfo, TASK_ID_BYTES_MAX, TaskInfo, UndecodedBodies, VerifyReport, now_ms,
+    validate_id,
 };
 
 /// What a PostgreSQL store holds, summed over its tables (see [`PgStore::stats`]).
@@ -58,7 +61,8 @@ impl<S: State> PgStore<S> {
     /// rows, `bytes` the stored bodies, call arguments and results.
     pub fn task_infos(&self) -> Result<Vec<TaskInfo>> {
         let keep = self.shared.options.keep_checkpoints.map(i64::from);
-        let cutoff = age_cutoff_ms(&self.shared.options).map(|c| c.min(i64::MAX as u64) as i64);
+        let cutoff = retention::age_cutoff_ms(self.shared.options.max_age, now_ms());
+        let cutoff = cutoff.map(|c| c.min(i64::MAX as u64) as i64);
         let mut infos = self.shared.run_read("summarizing tasks", async |c| {
             let tx = read_tx(c).await?;
             let rows = tx
@@ -319,7 +323,7 @@ fn check_rows(row: &TaskRow, cps: &[StoredCheckpoint], problem: &mut impl FnMut(
         }
         return;
     };
-    if !first.snapshot && first.seq != 1 {
+    if !retention::fold_can_start(first.seq, first.snapshot) {
         problem(format!(
             "its first stored checkpoint, seq {}, is a delta: no fold can start there",
             first.seq
@@ -361,7 +365,7 @@ fn check_rows(row: &TaskRow, cps: &[StoredCheckpoint], problem: &mut impl FnMut(
             cp.seq
         ));
     }
-    // The snapshot policy's counters and the schema versions of the latest fold (§7.6).
+    // The snapshot policy's counters and the schema versions of the latest fold (docs/store.md §6).
     let base = cps.iter().rposition(|c| c.snapshot);
     let deltas = &cps[base.map_or(0, |b| b + 1)..];
     let snapshot_bytes = base.map_or(0, |b| cps[b].body.len() as u64);
@@ -415,32 +419,19 @@ fn decode_checked<S: State>(
         not_decoded(report, version, || "not asked to decode".into());
         return Ok(());
     }
-    let decoded = match (cp.snapshot, version == S::VERSION) {
-        (true, true) => postcard::from_bytes::<S>(&cp.body)
-            .map(drop)
-            .map_err(|e| body_error(task, cp, e)),
-        (true, false) => S::migrate_state(version, &cp.body).map(drop),
-        (false, true) => postcard::from_bytes::<S::Delta>(&cp.body)
-            .map(drop)
-            .map_err(|e| body_error(task, cp, e)),
-        (false, false) => S::migrate_delta(version, &cp.body).map(drop),
+    let meta = BodyMeta {
+        task,
+        seq: cp.seq,
+        schema_version: version,
+        snapshot: cp.snapshot,
+        at: At::Postgres,
     };
-    match decoded {
-        Ok(()) => report.bodies_decoded += 1,
+    match rules::decode_body::<S>(&meta, &cp.body) {
+        Ok(_) => report.bodies_decoded += 1,
         Err(e) if bodies == BodyCheck::Try => not_decoded(report, version, || e.to_string()),
         Err(e) => return Err(e),
     }
     Ok(())
-}
-
-fn body_error(task: &str, cp: &StoredCheckpoint, e: postcard::Error) -> crate::Error {
-    crate::Error::Postgres {
-        context: format!(
-            "decoding checkpoint {} of task {task:?} (schema version {})",
-            cp.seq, cp.schema_version
-        ),
-        message: format!("its body does not decode as this program's state type: {e}"),
-    }
 }
 
 /// Counts a body not decoded, by schema version (as the local verify's report does).

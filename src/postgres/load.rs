@@ -9,6 +9,8 @@ use tokio_postgres::{Client, GenericClient, IsolationLevel, Row};
 use super::conn::{Attempt, Fail, RowExt};
 use super::{PgOptions, PgStore};
 use crate::error::{Error, Result};
+use crate::rules::body::At;
+use crate::rules::{self, BodyMeta, retention};
 use crate::state::State;
 use crate::store::policy::SnapshotCounters;
 use crate::store::{
@@ -68,40 +70,24 @@ impl TaskRow {
 
     /// Whether the latest state folds from a record of another schema version than
     /// `version` (then a commit rebuilds it through the migration hooks and writes it as a
-    /// snapshot, as on a local store, §7.6).
+    /// snapshot, as on a local store, docs/store.md §6).
     pub fn foreign_schema(&self, version: u32) -> bool {
         self.versions.iter().any(|v| *v as u32 != version)
     }
-
-    /// Oldest seq retention serves (as the local store's `retained_from`, §7.7), given
-    /// `by_age`, the age bound (the first seq young enough; 0: no age bound).
-    pub fn retained_from(&self, keep: Option<u32>, by_age: u64) -> u64 {
-        let by_count = keep.map_or(0, |n| (self.latest_seq + 1).saturating_sub(u64::from(n)));
-        self.first_seq
-            .max(by_count)
-            .max(by_age)
-            .max(1)
-            .min(self.latest_seq)
-    }
-}
-
-/// The age bound's cutoff: `max_age` ago by the client's clock (`now_ms()`, the clock
-/// `created_at_ms` is written with); `None` without an age bound.
-pub(super) fn age_cutoff_ms(options: &PgOptions) -> Option<u64> {
-    let age = options.max_age?;
-    Some(now_ms().saturating_sub(age.as_millis().min(u128::from(u64::MAX)) as u64))
 }
 
 /// Oldest seq retention serves for the task of `row` under `options` (one more round trip
-/// when `max_age` is set: the first checkpoint created at or after the cutoff).
+/// when `max_age` is set: the first checkpoint created at or after the cutoff). The rule
+/// is the local store's (`rules::retention`); retention deletes rows below the fold base,
+/// so the oldest stored checkpoint is the oldest loadable one.
 pub(super) async fn retained_from(
     c: &impl GenericClient,
     task: &str,
     row: &TaskRow,
     options: &PgOptions,
 ) -> Attempt<u64> {
-    let by_age = match age_cutoff_ms(options) {
-        None => 0,
+    let young_from = match retention::age_cutoff_ms(options.max_age, now_ms()) {
+        None => None,
         Some(cutoff) => {
             let r = c
                 .query_typed_one(
@@ -113,11 +99,20 @@ pub(super) async fn retained_from(
                 )
                 .await?;
             // None young enough: only the latest.
-            r.col::<Option<i64>>(0)?
-                .map_or(row.latest_seq, |s| s as u64)
+            Some(
+                r.col::<Option<i64>>(0)?
+                    .map_or(row.latest_seq, |s| s as u64),
+            )
         }
     };
-    Ok(row.retained_from(options.keep_checkpoints, by_age))
+    let keep = options.keep_checkpoints;
+    let first = row.first_seq;
+    Ok(retention::retained_from(
+        row.latest_seq,
+        first,
+        keep,
+        young_from,
+    ))
 }
 
 /// The task's row, or `None` if the task does not exist.
@@ -165,27 +160,19 @@ pub(super) async fn fold<S: State>(
     for (expected, row) in (first..).zip(&rows) {
         let found = row.col::<i64>(0)? as u64;
         let snapshot: bool = row.col(1)?;
-        if found != expected || (expected == first && !snapshot && first != 1) {
+        if found != expected || (expected == first && !retention::fold_can_start(first, snapshot)) {
             let why = format!("seq {found} where {expected} was expected, folding to {seq}");
             return Err(inconsistent(task, why));
         }
-        let version = row.col::<i32>(2)? as u32;
-        let body: &[u8] = row.col(3)?;
-        created_at_ms = row.col::<i64>(4)? as u64;
-        let bad = |e: postcard::Error| {
-            Fail::Api(Error::Postgres {
-                context: format!(
-                    "decoding checkpoint {found} of task {task:?} (schema version {version})"
-                ),
-                message: format!("its body does not decode as this program's state type: {e}"),
-            })
+        let meta = BodyMeta {
+            task,
+            seq: found,
+            schema_version: row.col::<i32>(2)? as u32,
+            snapshot,
+            at: At::Postgres,
         };
-        match (snapshot, version == S::VERSION) {
-            (true, true) => state = postcard::from_bytes(body).map_err(bad)?,
-            (true, false) => state = S::migrate_state(version, body)?,
-            (false, true) => state.apply(&postcard::from_bytes(body).map_err(bad)?),
-            (false, false) => state.apply(&S::migrate_delta(version, body)?),
-        }
+        created_at_ms = row.col::<i64>(4)? as u64;
+        rules::decode_body::<S>(&meta, row.col(3)?)?.fold_into(&mut state);
     }
     Ok((state, created_at_ms))
 }

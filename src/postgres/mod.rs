@@ -22,10 +22,10 @@ mod import;
 mod inspect;
 mod lease;
 mod load;
+mod protocol;
 mod resolve;
 mod schema;
 mod statements;
-mod write;
 mod writes;
 
 use std::marker::PhantomData;

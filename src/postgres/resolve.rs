@@ -4,7 +4,7 @@ use tokio_postgres::Client;
 
 use super::PgStore;
 use super::conn::{Attempt, Fail, RowExt};
-use super::write::write_id_created_ms;
+use super::protocol::write_id_created_ms;
 use crate::error::{Error, Result};
 use crate::state::State;
 

@@ -15,7 +15,7 @@ pub(crate) const SCHEMA_VERSION: i32 = 2;
 const MIGRATIONS: &[&[&str]] = &[
     &[
         // One row per task that has a checkpoint or a tool call: the snapshot policy's
-        // counters, the schema versions of the records its latest state folds from (§7.6),
+        // counters, the schema versions of the records its latest state folds from (docs/store.md §6),
         // and the row every write of the task locks first.
         "CREATE TABLE IF NOT EXISTS tasks (
         task bytea PRIMARY KEY,

@@ -8,15 +8,14 @@ use tokio_postgres::types::Type;
 use super::PgStore;
 use super::conn::{Attempt, Fail, RowExt};
 use super::load::{LOCK_TASK_SQL, TaskRow, task_row};
+use super::protocol::{check_fence, record_write};
 use super::statements::{self, Session};
-use super::write::{check_fence, record_write};
 use crate::error::{Error, Result};
+use crate::rules::journal::{self, Known, Step};
 use crate::state::State;
 use crate::store::codec;
 use crate::store::policy::SnapshotCounters;
-use crate::store::{
-    CALL_ID_BYTES_MAX, TASK_ID_BYTES_MAX, TOOL_NAME_BYTES_MAX, now_ms, validate_id,
-};
+use crate::store::{TASK_ID_BYTES_MAX, now_ms, validate_id};
 
 /// Locks the task's row for the rest of the transaction; `None` if the task does not exist.
 pub(super) async fn lock_task(c: &impl Session, task: &str) -> Attempt<Option<TaskRow>> {
@@ -198,14 +197,7 @@ impl<S: State> PgStore<S> {
                     .await?
                     .is_some_and(|r| r.latest_seq > 0))
             })?;
-            return Err(match exists {
-                false => Error::UnknownTask {
-                    task: task.to_string(),
-                },
-                true => Error::InvalidArgument(format!(
-                    "checkpoint {seq} of task {task:?} is no longer retained"
-                )),
-            });
+            return Err(journal::fork_source_gone(task, seq, exists));
         };
         let body = codec::encode(&*source.state)?;
         let epoch = self.epoch_for(new_task);
@@ -251,9 +243,7 @@ impl<S: State> PgStore<S> {
                 let tx = c.transaction().await?;
                 check_fence(&tx, task, epoch).await?;
                 if lock_task(&tx, task).await?.is_none() {
-                    return Err(Fail::Api(Error::UnknownTask {
-                        task: task.to_string(),
-                    }));
+                    return Err(Fail::Api(journal::unknown_task(task)));
                 }
                 for table in ["checkpoints", "calls", "tasks"] {
                     let sql = format!("DELETE FROM {table} WHERE task = $1");
@@ -269,12 +259,13 @@ impl<S: State> PgStore<S> {
     /// Durably records that `call_id` of `tool` with `args` is about to run (see
     /// [`Store::begin_call`](crate::Store::begin_call)).
     pub fn begin_call(&self, task: &str, call_id: &str, tool: &str, args: &[u8]) -> Result<()> {
-        validate_id("task id", task, TASK_ID_BYTES_MAX)?;
-        validate_id("call id", call_id, CALL_ID_BYTES_MAX)?;
-        validate_id("tool name", tool, TOOL_NAME_BYTES_MAX)?;
+        journal::check_begin_args(task, call_id, tool)?;
         let epoch = self.epoch_for(task);
-        self.shared
-            .run_write("beginning a tool call", task, |_| (), async |c, id| {
+        self.shared.run_write(
+            "beginning a tool call",
+            task,
+            |_| (),
+            async |c, id| {
                 let tx = c.transaction().await?;
                 check_fence(&tx, task, epoch).await?;
                 lock_or_create_task(&tx, task).await?;
@@ -285,19 +276,15 @@ impl<S: State> PgStore<S> {
                         &[&task.as_bytes(), &call_id.as_bytes()],
                     )
                     .await?;
-                if let Some(row) = existing {
-                    if row.col::<bool>(2)? {
-                        return Err(Fail::Api(Error::InvalidArgument(format!(
-                            "call {call_id:?} of task {task:?} already finished; read it with call_result"
-                        ))));
-                    }
-                    if row.col::<&[u8]>(0)? != tool.as_bytes() || row.col::<&[u8]>(1)? != args
-                    {
-                        return Err(Fail::Api(Error::InvalidArgument(format!(
-                            "call {call_id:?} of task {task:?} already began with another tool or arguments"
-                        ))));
-                    }
-                } else {
+                let known = match &existing {
+                    None => Known::Unknown,
+                    Some(row) if row.col::<bool>(2)? => Known::Finished(()),
+                    Some(row) => Known::Pending((row.col::<&[u8]>(0)?, row.col::<&[u8]>(1)?)),
+                };
+                let step = journal::begin(task, call_id, known, |(begun_tool, begun_args)| {
+                    Ok(begun_tool == tool.as_bytes() && begun_args == args)
+                })?;
+                if step == Step::Write {
                     tx.execute(
                         "INSERT INTO calls (task, call_id, tool, args, created_at_ms)
                          VALUES ($1, $2, $3, $4, $5)",
@@ -314,23 +301,24 @@ impl<S: State> PgStore<S> {
                 record_write(&tx, id, task, None).await?;
                 tx.commit().await?;
                 Ok(())
-            })
+            },
+        )
     }
 
     /// Durably records the result of a begun call (see
     /// [`Store::finish_call`](crate::Store::finish_call)).
     pub fn finish_call(&self, task: &str, call_id: &str, result: &[u8]) -> Result<()> {
-        validate_id("task id", task, TASK_ID_BYTES_MAX)?;
-        validate_id("call id", call_id, CALL_ID_BYTES_MAX)?;
+        journal::check_call_args(task, call_id)?;
         let epoch = self.epoch_for(task);
-        self.shared
-            .run_write("finishing a tool call", task, |_| (), async |c, id| {
+        self.shared.run_write(
+            "finishing a tool call",
+            task,
+            |_| (),
+            async |c, id| {
                 let tx = c.transaction().await?;
                 check_fence(&tx, task, epoch).await?;
                 if lock_task(&tx, task).await?.is_none() {
-                    return Err(Fail::Api(Error::UnknownTask {
-                        task: task.to_string(),
-                    }));
+                    return Err(Fail::Api(journal::unknown_task(task)));
                 }
                 let existing = tx
                     .query_opt(
@@ -338,29 +326,25 @@ impl<S: State> PgStore<S> {
                         &[&task.as_bytes(), &call_id.as_bytes()],
                     )
                     .await?;
-                let Some(row) = existing else {
-                    return Err(Fail::Api(Error::InvalidArgument(format!(
-                        "call {call_id:?} of task {task:?} was never begun; call begin_call first"
-                    ))));
+                let known = match &existing {
+                    None => Known::Unknown,
+                    Some(row) => match row.col::<Option<&[u8]>>(0)? {
+                        Some(previous) => Known::Finished(previous),
+                        None => Known::Pending(()),
+                    },
                 };
-                match row.col::<Option<&[u8]>>(0)? {
-                    Some(previous) if previous == result => {}
-                    Some(_) => {
-                        return Err(Fail::Api(Error::InvalidArgument(format!(
-                            "call {call_id:?} of task {task:?} already finished with a different result"
-                        ))));
-                    }
-                    None => {
-                        tx.execute(
-                            "UPDATE calls SET result = $3 WHERE task = $1 AND call_id = $2",
-                            &[&task.as_bytes(), &call_id.as_bytes(), &result],
-                        )
-                        .await?;
-                    }
+                let step = journal::finish(task, call_id, known, result, Ok)?;
+                if step == Step::Write {
+                    tx.execute(
+                        "UPDATE calls SET result = $3 WHERE task = $1 AND call_id = $2",
+                        &[&task.as_bytes(), &call_id.as_bytes(), &result],
+                    )
+                    .await?;
                 }
                 record_write(&tx, id, task, None).await?;
                 tx.commit().await?;
                 Ok(())
-            })
+            },
+        )
     }
 }

@@ -5,6 +5,7 @@
 //! The trait is object-safe and called through `Arc<dyn Storage>`: one virtual call per
 //! write or fsync, which costs nothing next to the system call behind it.
 
+#[cfg(feature = "sim")]
 pub mod sim;
 
 use std::fmt::Debug;

@@ -1,15 +1,32 @@
 //! The tool-call journal: durable intent before a tool runs, durable result after, so a
 //! restarted agent never runs a finished tool twice and knows which calls are uncertain.
 
-use super::backend::read_record;
 use super::codec::{self, CallBeginRec, CallFinishRec, Decoded};
 use super::index::CallEntry;
-use super::{CALL_ID_BYTES_MAX, PendingCall, Store, TASK_ID_BYTES_MAX, now_ms, validate_id};
-use crate::error::{Error, Result};
+use super::{PendingCall, Store, TASK_ID_BYTES_MAX, now_ms, validate_id};
+use crate::error::Result;
 use crate::log::RecordPos;
+use crate::rules::journal::{self, Known, Step};
 use crate::state::State;
 
 impl<S: State> Store<S> {
+    /// Checks a `begin_call`'s arguments before it takes the task's gate.
+    pub(crate) fn check_begin_call(&self, task: &str, call_id: &str, tool: &str) -> Result<()> {
+        self.writable()?;
+        journal::check_begin_args(task, call_id, tool)
+    }
+
+    /// Checks a `finish_call`'s arguments before it takes the task's gate: the task must
+    /// exist.
+    pub(crate) fn check_finish_call(&self, task: &str, call_id: &str) -> Result<()> {
+        self.writable()?;
+        journal::check_call_args(task, call_id)?;
+        match self.inner.index.get(task) {
+            Some(_) => Ok(()),
+            None => Err(journal::unknown_task(task)),
+        }
+    }
+
     /// Durably records that `call_id` of `tool` with `args` is about to run (call it
     /// before the tool's side effect). Beginning the same call again with the same tool
     /// and args is a no-op (an agent resuming after a crash); with different ones, or
@@ -18,13 +35,16 @@ impl<S: State> Store<S> {
     pub fn begin_call(&self, task: &str, call_id: &str, tool: &str, args: &[u8]) -> Result<()> {
         self.check_begin_call(task, call_id, tool)?;
         self.with_task_lock(task, |slot| {
-            {
+            let step = {
                 let _reading = self.inner.relocation.read();
                 // Pruned calls count: their id stays taken while their records are on disk.
                 let existing = slot.data.read().calls.entry(call_id).copied();
-                if let Some(call) = existing {
-                    return self.check_same_begin(task, call_id, tool, args, call);
-                }
+                journal::begin(task, call_id, known(existing), |begin| {
+                    self.read_begin(task, call_id, begin, |b| b.tool == tool && b.args == args)
+                })?
+            };
+            if step == Step::Repeat {
+                return Ok(());
             }
             let rec = CallBeginRec {
                 task,
@@ -37,61 +57,21 @@ impl<S: State> Store<S> {
         })
     }
 
-    fn check_same_begin(
-        &self,
-        task: &str,
-        call_id: &str,
-        tool: &str,
-        args: &[u8],
-        call: CallEntry,
-    ) -> Result<()> {
-        if call.pruned {
-            return Err(pruned(task, call_id));
-        }
-        if call.finish.is_some() {
-            return Err(Error::InvalidArgument(format!(
-                "call {call_id:?} of task {task:?} already finished; read it with call_result"
-            )));
-        }
-        let same = self.read_begin(task, call_id, call.begin, |b| {
-            b.tool == tool && b.args == args
-        })?;
-        if same {
-            Ok(())
-        } else {
-            Err(Error::InvalidArgument(format!(
-                "call {call_id:?} of task {task:?} already began with another tool or arguments"
-            )))
-        }
-    }
-
     /// Durably records the result of a begun call. Finishing an unknown call, or finishing
     /// again with a different result, is an error; the same result again is a no-op
     /// (an error too once retention pruned the call, see [`call_result`](Self::call_result)).
     pub fn finish_call(&self, task: &str, call_id: &str, result: &[u8]) -> Result<()> {
         self.check_finish_call(task, call_id)?;
         self.with_task_lock(task, |slot| {
-            let finished = {
+            let step = {
                 let _reading = self.inner.relocation.read();
-                let call = slot.data.read().calls.entry(call_id).copied();
-                let Some(call) = call else {
-                    return Err(never_begun(task, call_id));
-                };
-                // Its result is not read again: its records may be gone already.
-                if call.pruned {
-                    return Err(pruned(task, call_id));
-                }
-                call.finish
-                    .map(|done| self.read_result(task, call_id, done))
-                    .transpose()?
+                let existing = slot.data.read().calls.entry(call_id).copied();
+                journal::finish(task, call_id, known(existing), result, |finish| {
+                    self.read_result(task, call_id, finish)
+                })?
             };
-            if let Some(previous) = finished {
-                return match previous == result {
-                    true => Ok(()),
-                    false => Err(Error::InvalidArgument(format!(
-                        "call {call_id:?} of task {task:?} already finished with a different result"
-                    ))),
-                };
+            if step == Step::Repeat {
+                return Ok(());
             }
             let rec = CallFinishRec {
                 task,
@@ -114,8 +94,7 @@ impl<S: State> Store<S> {
     /// is free again. A store reopened before that serves the call again until its next
     /// pass. Pending calls are kept whatever their age. docs/store.md §4.
     pub fn call_result(&self, task: &str, call_id: &str) -> Result<Option<Vec<u8>>> {
-        validate_id("task id", task, TASK_ID_BYTES_MAX)?;
-        validate_id("call id", call_id, CALL_ID_BYTES_MAX)?;
+        journal::check_call_args(task, call_id)?;
         let Some(slot) = self.inner.index.get(task) else {
             return Ok(None);
         };
@@ -186,7 +165,7 @@ impl<S: State> Store<S> {
         pos: RecordPos,
         f: impl FnOnce(Decoded<'_>) -> Option<T>,
     ) -> Result<T> {
-        read_record(&*self.inner.backend, pos, |rec| {
+        self.inner.log.read_with(pos, |rec| {
             let decoded = codec::decode(&rec)?;
             let found = match &decoded {
                 Decoded::CallBegin(b) => Some((b.task, b.call_id)),
@@ -209,17 +188,15 @@ impl<S: State> Store<S> {
     }
 }
 
-/// The error for beginning or finishing again a call retention no longer keeps.
-fn pruned(task: &str, call_id: &str) -> Error {
-    Error::InvalidArgument(format!(
-        "call {call_id:?} of task {task:?} finished before the task's oldest retained \
-         checkpoint and its result is no longer kept; a new call needs a new id"
-    ))
-}
-
-/// The error for finishing a call that was never begun.
-pub(super) fn never_begun(task: &str, call_id: &str) -> Error {
-    Error::InvalidArgument(format!(
-        "call {call_id:?} of task {task:?} was never begun; call begin_call first"
-    ))
+/// What the index knows of a call, as the journal's rules name it: the positions of its
+/// begin record (pending) or finish record (finished).
+pub(super) fn known(call: Option<CallEntry>) -> Known<RecordPos, RecordPos> {
+    match call {
+        None => Known::Unknown,
+        Some(c) if c.pruned => Known::Pruned,
+        Some(c) => match c.finish {
+            Some(finish) => Known::Finished(finish),
+            None => Known::Pending(c.begin),
+        },
+    }
 }

@@ -3,6 +3,12 @@
 use super::*;
 
 impl<S: State> Store<S> {
+    /// Checks a commit's arguments before it takes the task's gate.
+    pub(crate) fn check_commit(&self, task: &str) -> Result<()> {
+        self.writable()?;
+        validate_id("task id", task, TASK_ID_BYTES_MAX)
+    }
+
     /// Commits `delta` as the task's next checkpoint and returns its seq (1, 2, 3, ...).
     /// With `SyncMode::Always` the checkpoint is durable when this returns. Commits to one
     /// task are serialized; commits to different tasks share fsyncs.
@@ -187,7 +193,7 @@ impl<S: State> Store<S> {
         state: &S,
         estimate_bytes: u64,
     ) -> Result<Option<Vec<u8>>> {
-        let limit = self.inner.backend.payload_bytes_max();
+        let limit = self.inner.log.payload_bytes_max();
         // Never more than a record can hold (a state too big to snapshot keeps
         // accumulating deltas, and with them the estimate).
         let bytes = codec::encode_with_capacity(state, estimate_bytes.min(limit) as usize)?;
@@ -223,15 +229,15 @@ impl<S: State> Store<S> {
         // Held from append to index update: compaction's barrier (an exclusive hold)
         // then knows every durable record below the active segment is indexed.
         let _indexing = self.inner.relocation.read();
-        let appended = self.inner.backend.append(kind, &payload)?;
+        let appended = self.inner.log.append(kind, &payload)?;
         self.apply_live(&rec, appended.pos, appended.bytes)
     }
 
-    /// Encodes a checkpoint record, refusing one whose payload would exceed the backend's
-    /// limit with its body uncompressed (as the backend refuses a raw one that does).
+    /// Encodes a checkpoint record, refusing one whose payload would exceed the log's
+    /// limit with its body uncompressed (as the log refuses a raw one that does).
     pub(super) fn encode_checkpoint(&self, c: &CheckpointRec<'_>) -> Result<Vec<u8>> {
         let payload = codec::encode_checkpoint(c)?;
-        let limit = self.inner.backend.payload_bytes_max();
+        let limit = self.inner.log.payload_bytes_max();
         compress::check_uncompressed_size(c, payload.len(), limit)?;
         Ok(payload)
     }
@@ -244,7 +250,7 @@ impl<S: State> Store<S> {
         bytes: u32,
     ) -> Result<()> {
         replay::apply(&self.inner.index, rec, pos, bytes).map_err(|why| Error::Corruption {
-            segment: self.inner.backend.path_of(pos),
+            segment: self.inner.log.path_of(pos),
             offset: pos.offset,
             reason: CorruptionReason::Inconsistent(why),
         })

@@ -97,15 +97,15 @@ impl CompactionHooks for Inner {
 /// and again.
 fn collect_live(inner: &Inner, sealed: &dyn Fn(RecordPos) -> bool) -> (Vec<RecordPos>, u64) {
     let o = &inner.options;
-    let (keep, max_age_ms) = (o.keep_checkpoints, o.max_age.map(|d| d.as_millis() as u64));
+    let (keep, max_age) = (o.keep_checkpoints, o.max_age);
     // Without retention every checkpoint is kept from the first, and so is every call: the
     // rule could still drop calls finished before a task's first checkpoint, but a store
     // told to keep everything keeps everything (docs/store.md §4).
-    let prune_calls = keep.is_some() || max_age_ms.is_some();
+    let prune_calls = keep.is_some() || max_age.is_some();
     let now = now_ms();
     let (mut positions, mut bytes) = (Vec::new(), 0);
     inner.index.for_each_mut(|_, data| {
-        let retained = data.retained_from(keep, max_age_ms, now);
+        let retained = data.retained_from(keep, max_age, now);
         if prune_calls {
             data.prune_calls(retained);
         }
@@ -136,7 +136,7 @@ fn collect_live(inner: &Inner, sealed: &dyn Fn(RecordPos) -> bool) -> (Vec<Recor
 pub(crate) fn run_pass(inner: &Inner, force: bool) -> Result<CompactionReport> {
     let _pass = inner.compactor.lock();
     let started = Instant::now();
-    let Some(done) = inner.backend.compact(force, inner)? else {
+    let Some(done) = inner.log.compact(force, inner)? else {
         return Ok(CompactionReport::default());
     };
     inner.compactions.fetch_add(1, Ordering::Relaxed);
@@ -227,7 +227,7 @@ pub(crate) fn spawn_background(inner: Weak<Inner>) -> Option<Periodic> {
         let Some(inner) = inner.upgrade() else {
             return ControlFlow::Break(());
         };
-        let rotations = inner.backend.rotations();
+        let rotations = inner.log.stats().rotations;
         if rotations != seen_rotations {
             seen_rotations = rotations;
             if let Err(e) = run_pass(&inner, false) {

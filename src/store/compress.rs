@@ -15,7 +15,7 @@ use crate::error::{Error, Result};
 
 /// A body is kept compressed only if its frame saves at least 1/this of it: less is not
 /// worth a decompression on every read.
-#[cfg_attr(not(feature = "zstd"), allow(dead_code))]
+#[cfg(feature = "zstd")]
 const SAVING_MIN_DIVISOR: usize = 8;
 
 /// A checkpoint body as it is to be stored: its tag and its bytes.
@@ -126,7 +126,7 @@ pub(crate) fn body<'a>(c: &CheckpointRec<'a>) -> std::result::Result<Cow<'a, [u8
 }
 
 /// The length a compressed body claims decompressed, if it is within the bound.
-#[cfg_attr(not(feature = "zstd"), allow(dead_code))]
+#[cfg(feature = "zstd")]
 fn check_claim(raw_len: u32) -> std::result::Result<usize, String> {
     let raw_len = usize::try_from(raw_len).map_err(|_| "length beyond this machine".to_string())?;
     if raw_len > COMPRESSED_BODY_BYTES_MAX {

@@ -12,19 +12,17 @@
 //! the state is not cached, a journal entry that repeats an earlier one) is not deferred:
 //! the caller gets its reply back and runs the blocking path on a blocking thread.
 
-#![cfg_attr(not(feature = "tokio"), allow(dead_code))]
-
 use std::marker::PhantomData;
 
 use parking_lot::RawRwLock;
 use parking_lot::lock_api::ArcRwLockReadGuard;
 
-use super::calls::never_begun;
 use super::codec::{CallBeginRec, CallFinishRec};
 use super::commit::Reads;
 use super::gate::{GateGuard, GateWait};
 use super::*;
 use crate::log::{AppendThen, Appended};
+use crate::rules::journal::never_begun;
 
 /// Where a deferred write's outcome goes.
 pub(crate) type Reply<T> = Box<dyn FnOnce(Result<T>) + Send>;
@@ -49,32 +47,6 @@ impl<S: State> Store<S> {
             if !slot.data.read().deleted {
                 return gate;
             }
-        }
-    }
-
-    /// Checks a commit's arguments before it takes the task's gate.
-    pub(crate) fn check_commit(&self, task: &str) -> Result<()> {
-        self.writable()?;
-        validate_id("task id", task, TASK_ID_BYTES_MAX)
-    }
-
-    /// Checks a `begin_call`'s arguments before it takes the task's gate.
-    pub(crate) fn check_begin_call(&self, task: &str, call_id: &str, tool: &str) -> Result<()> {
-        self.check_commit(task)?;
-        validate_id("call id", call_id, CALL_ID_BYTES_MAX)?;
-        validate_id("tool name", tool, TOOL_NAME_BYTES_MAX)
-    }
-
-    /// Checks a `finish_call`'s arguments before it takes the task's gate: the task must
-    /// exist.
-    pub(crate) fn check_finish_call(&self, task: &str, call_id: &str) -> Result<()> {
-        self.check_commit(task)?;
-        validate_id("call id", call_id, CALL_ID_BYTES_MAX)?;
-        match self.inner.index.get(task) {
-            Some(_) => Ok(()),
-            None => Err(Error::UnknownTask {
-                task: task.to_string(),
-            }),
         }
     }
 
@@ -221,7 +193,7 @@ impl<S: State> Store<S> {
             after,
             reply,
         };
-        self.inner.backend.append_then(kind, Box::new(write));
+        self.inner.log.append_then(kind, Box::new(write));
         Deferred::Handled
     }
 }
@@ -262,7 +234,7 @@ impl<S: State, T: Send + 'static> AppendThen for DeferredWrite<S, T> {
         } = *self;
         let result = outcome.and_then(|appended| {
             let rec = codec::decode_payload(kind, &payload).map_err(|reason| Error::Decode {
-                segment: store.inner.backend.path_of(appended.pos),
+                segment: store.inner.log.path_of(appended.pos),
                 offset: appended.pos.offset,
                 reason,
             })?;

@@ -4,14 +4,12 @@
 //! docs/postgres.md), with the schema version, so a copy needs neither the state type nor a
 //! re-encoding.
 
-use super::backend::read_record;
 use super::load::{indexed_checkpoint, stored_body};
 use super::{Store, TASK_ID_BYTES_MAX, validate_id};
 use crate::error::Result;
 use crate::state::State;
 
 /// One checkpoint record of a task, as stored.
-#[cfg_attr(not(feature = "postgres"), allow(dead_code))]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct RawCheckpoint {
     pub seq: u64,
@@ -30,7 +28,6 @@ impl<S: State> Store<S> {
     /// Checkpoint `seq` of `task` as its record stores it, the body decompressed; `None`
     /// if the index holds no such checkpoint (unknown task, deleted, or forgotten by
     /// compaction). The record is checked to be that checkpoint, as every load checks it.
-    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
     pub(crate) fn raw_checkpoint(&self, task: &str, seq: u64) -> Result<Option<RawCheckpoint>> {
         validate_id("task id", task, TASK_ID_BYTES_MAX)?;
         let Some(slot) = self.inner.index.get(task) else {
@@ -44,7 +41,7 @@ impl<S: State> Store<S> {
                 _ => return Ok(None),
             }
         };
-        read_record(&*self.inner.backend, pos, |rec| {
+        self.inner.log.read_with(pos, |rec| {
             let c = indexed_checkpoint(&rec, task, seq)?;
             let body = stored_body(&rec, &c)?.into_owned();
             Ok(Some(RawCheckpoint {

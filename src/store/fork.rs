@@ -10,15 +10,8 @@ impl<S: State> Store<S> {
         self.writable()?;
         validate_id("task id", new_task, TASK_ID_BYTES_MAX)?;
         let Some(source) = self.load(task, seq)? else {
-            return Err(if self.inner.index.get(task).is_none() {
-                Error::UnknownTask {
-                    task: task.to_string(),
-                }
-            } else {
-                Error::InvalidArgument(format!(
-                    "checkpoint {seq} of task {task:?} is no longer retained"
-                ))
-            });
+            let exists = self.inner.index.get(task).is_some();
+            return Err(crate::rules::journal::fork_source_gone(task, seq, exists));
         };
         let body = self.stored_snapshot(codec::encode(&*source.state)?);
         self.with_task_lock(new_task, |slot| {

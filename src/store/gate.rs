@@ -11,11 +11,15 @@
 //! released by whichever thread completes its batch, so no future holds a lock across an
 //! `await`.
 
+#[cfg(feature = "tokio")]
 use std::future::Future;
+#[cfg(feature = "tokio")]
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::task::{Context, Poll, Waker};
+use std::task::Waker;
+#[cfg(feature = "tokio")]
+use std::task::{Context, Poll};
 
 use parking_lot::{Condvar, Mutex};
 
@@ -95,7 +99,7 @@ impl Gates {
 
     /// Takes the slot's gate without blocking a thread: the future waits while another
     /// writer holds it. Dropping the future gives up the wait and holds nothing.
-    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
+    #[cfg(feature = "tokio")]
     pub fn lock_async(self: &Arc<Self>, slot: Arc<TaskSlot>) -> GateWait {
         GateWait {
             gates: self.clone(),
@@ -105,6 +109,7 @@ impl Gates {
     }
 }
 
+#[cfg(feature = "tokio")]
 /// The future of [`Gates::lock_async`].
 #[derive(Debug)]
 pub(crate) struct GateWait {
@@ -114,6 +119,7 @@ pub(crate) struct GateWait {
     counted: bool,
 }
 
+#[cfg(feature = "tokio")]
 impl Future for GateWait {
     type Output = GateGuard;
 
@@ -140,6 +146,7 @@ impl Future for GateWait {
     }
 }
 
+#[cfg(feature = "tokio")]
 impl GateWait {
     fn uncount(&mut self) {
         if std::mem::take(&mut self.counted) {
@@ -148,6 +155,7 @@ impl GateWait {
     }
 }
 
+#[cfg(feature = "tokio")]
 impl Drop for GateWait {
     fn drop(&mut self) {
         self.uncount();
@@ -158,9 +166,12 @@ impl Drop for GateWait {
 mod tests {
     use super::*;
     use std::sync::atomic::AtomicU64;
+    #[cfg(feature = "tokio")]
     use std::task::Wake;
 
+    #[cfg(feature = "tokio")]
     struct Flag(AtomicU64);
+    #[cfg(feature = "tokio")]
     impl Wake for Flag {
         fn wake(self: Arc<Self>) {
             self.0.fetch_add(1, Ordering::SeqCst);
@@ -189,6 +200,7 @@ mod tests {
         }
     }
 
+    #[cfg(feature = "tokio")]
     #[test]
     fn a_waiting_future_is_woken_by_the_release_and_then_holds_the_gate() {
         let gates = Arc::new(Gates::default());
@@ -216,6 +228,7 @@ mod tests {
         assert_eq!(gates.waiting.load(Ordering::SeqCst), 0);
     }
 
+    #[cfg(feature = "tokio")]
     #[test]
     fn a_dropped_wait_leaves_no_count_behind() {
         let gates = Arc::new(Gates::default());

@@ -1,7 +1,6 @@
 //! Read-side views for tools (the CLI): task summaries, the whole call journal, record
 //! descriptions for dumps, and a full decode check.
 
-use super::backend::read_record;
 use super::codec::{self, CheckpointRec, Decoded};
 use super::compress;
 use super::index::CallEntry;
@@ -305,7 +304,7 @@ impl<S: State> Store<S> {
                 )
             };
             for (seq, cp) in (first_seq..).zip(&checkpoints) {
-                read_record(&*self.inner.backend, cp.pos, |rec| {
+                self.inner.log.read_with(cp.pos, |rec| {
                     let c = super::load::indexed_checkpoint(&rec, &task, seq)?;
                     if c.body_kind.is_snapshot() != cp.snapshot {
                         let why = format!(
@@ -327,7 +326,8 @@ impl<S: State> Store<S> {
                         report.not_decoded(c.schema_version, || "not asked to decode".into());
                         return Ok(());
                     }
-                    match super::load::decode_body_bytes::<S>(&rec, &c, &body) {
+                    let meta = super::load::body_meta(&rec, &c);
+                    match crate::rules::decode_body::<S>(&meta, &body) {
                         Ok(_) => report.bodies_decoded += 1,
                         Err(e) if bodies == BodyCheck::Try => {
                             report.not_decoded(c.schema_version, || e.to_string());

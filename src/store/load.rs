@@ -2,6 +2,8 @@
 //! snapshots and deltas, and the identity checks on every record read.
 
 use super::*;
+use crate::rules::body::At;
+use crate::rules::{self, BodyMeta, DecodedBody};
 
 impl<S: State> Store<S> {
     /// The task's newest checkpoint, or `None` if the task has none.
@@ -60,7 +62,7 @@ impl<S: State> Store<S> {
 
     /// [`load_latest`](Self::load_latest) when it needs no read of the disk: the task is
     /// unknown or has no checkpoint, or its latest state is cached. `None`: it needs one.
-    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
+    #[cfg(feature = "tokio")]
     pub(crate) fn load_latest_cached(&self, task: &str) -> Option<Result<Option<Checkpoint<S>>>> {
         if let Err(e) = validate_id("task id", task, TASK_ID_BYTES_MAX) {
             return Some(Err(e));
@@ -88,8 +90,7 @@ impl<S: State> Store<S> {
     /// Oldest seq retention serves for this task.
     pub(super) fn retained_from(&self, data: &TaskData) -> u64 {
         let o = &self.inner.options;
-        let max_age_ms = o.max_age.map(|d| d.as_millis() as u64);
-        data.retained_from(o.keep_checkpoints, max_age_ms, now_ms())
+        data.retained_from(o.keep_checkpoints, o.max_age, now_ms())
     }
 
     pub(super) fn load_from(
@@ -149,10 +150,8 @@ impl<S: State> Store<S> {
         assert!(plan.len() as u64 <= seq, "fold plan longer than the task");
         let first = seq + 1 - plan.len() as u64;
         for (entry_seq, entry) in (first..).zip(plan) {
-            match self.read_body(task, entry_seq, entry.pos)? {
-                DecodedBody::Snapshot(s) => state = s,
-                DecodedBody::Delta(d) => state.apply(&d),
-            }
+            self.read_body(task, entry_seq, entry.pos)?
+                .fold_into(&mut state);
         }
         Ok(state)
     }
@@ -161,7 +160,7 @@ impl<S: State> Store<S> {
     /// migrating data written under another schema version. A record at `pos` that is not
     /// that checkpoint is an error, never a state.
     pub(super) fn read_body(&self, task: &str, seq: u64, pos: RecordPos) -> Result<DecodedBody<S>> {
-        read_record(&*self.inner.backend, pos, |rec| {
+        self.inner.log.read_with(pos, |rec| {
             let c = indexed_checkpoint(&rec, task, seq)?;
             decode_body(&rec, &c)
         })
@@ -244,7 +243,18 @@ pub(super) fn decode_body<S: State>(
     rec: &RecordRef<'_>,
     c: &CheckpointRec<'_>,
 ) -> Result<DecodedBody<S>> {
-    decode_body_bytes(rec, c, &stored_body(rec, c)?)
+    rules::decode_body(&body_meta(rec, c), &stored_body(rec, c)?)
+}
+
+/// What the shared body rules need to know of checkpoint `c`, read at `rec`.
+pub(super) fn body_meta<'a>(rec: &RecordRef<'a>, c: &CheckpointRec<'a>) -> BodyMeta<'a> {
+    BodyMeta {
+        task: c.task,
+        seq: c.seq,
+        schema_version: c.schema_version,
+        snapshot: c.body_kind.is_snapshot(),
+        at: At::Log(rec.segment, rec.offset),
+    }
 }
 
 /// The body of checkpoint `c` (read at `rec`) as encoded: decompressed if it is stored
@@ -258,36 +268,4 @@ pub(super) fn stored_body<'a>(
         let why = format!("checkpoint {} of task {:?}: {why}", c.seq, c.task);
         codec::decode_error(rec, why)
     })
-}
-
-/// Decodes `body`, the body of checkpoint `c` (read at `rec`) as encoded, as `S` or
-/// `S::Delta`, migrating data written under another schema version.
-pub(super) fn decode_body_bytes<S: State>(
-    rec: &RecordRef<'_>,
-    c: &CheckpointRec<'_>,
-    body: &[u8],
-) -> Result<DecodedBody<S>> {
-    // The record checked out before this point, so a body that does not decode is not
-    // damage (see `Error::BodyDecode`).
-    let bad = |e: postcard::Error| Error::BodyDecode {
-        segment: rec.segment.to_path_buf(),
-        offset: rec.offset,
-        task: c.task.to_string(),
-        seq: c.seq,
-        schema_version: c.schema_version,
-        reason: e.to_string(),
-    };
-    let version = c.schema_version;
-    Ok(match (c.body_kind.is_snapshot(), version == S::VERSION) {
-        (true, true) => DecodedBody::Snapshot(postcard::from_bytes(body).map_err(bad)?),
-        (true, false) => DecodedBody::Snapshot(S::migrate_state(version, body)?),
-        (false, true) => DecodedBody::Delta(postcard::from_bytes(body).map_err(bad)?),
-        (false, false) => DecodedBody::Delta(S::migrate_delta(version, body)?),
-    })
-}
-
-/// A checkpoint record's decoded body.
-pub(super) enum DecodedBody<S: State> {
-    Snapshot(S),
-    Delta(S::Delta),
 }

@@ -1,14 +1,15 @@
 //! The typed store: agent state as checkpoints on the log.
 
-mod backend;
 mod cache;
 mod calls;
 pub(crate) mod codec;
 mod commit;
 mod compaction;
 mod compress;
+#[cfg(feature = "tokio")]
 mod deferred;
 mod delete;
+#[cfg(feature = "postgres")]
 mod export;
 mod fork;
 mod gate;
@@ -27,12 +28,12 @@ use std::marker::PhantomData;
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::Instant;
 
 pub use crate::log::COMPACTION_DEAD_BYTES_MIN;
-#[cfg_attr(not(feature = "tokio"), allow(unused_imports))]
+#[cfg(feature = "tokio")]
 pub(crate) use deferred::{Deferred, Reply};
-#[cfg_attr(not(feature = "postgres"), allow(unused_imports))]
+#[cfg(feature = "postgres")]
 pub(crate) use export::RawCheckpoint;
 pub use inspect::{
     BodyCheck, BodySummary, CallInfo, RecordSummary, TaskInfo, UndecodedBodies, VerifyReport,
@@ -40,7 +41,6 @@ pub use inspect::{
 };
 pub use types::*;
 
-use self::backend::{Backend, read_record};
 use self::codec::{CheckpointRec, DeleteRec, Origin};
 use self::compress::StoredBody;
 use self::index::{CpEntry, Index, TaskData, TaskSlot};
@@ -96,9 +96,9 @@ impl<S: State> Clone for Store<S> {
 /// 5. a task's `TaskSlot::data`, briefly, never across I/O;
 /// 6. the latest-state cache's own lock, briefly.
 ///
-/// The backend's locks (the log writer's batch lock) come after all of these.
+/// The log's locks (its writer's batch lock) come after all of these.
 struct Inner {
-    backend: Box<dyn Backend>,
+    log: Log,
     index: Index,
     options: Options,
     report: RecoveryReport,
@@ -118,7 +118,7 @@ impl<S: State> Store<S> {
     /// or `Never`).
     pub fn flush(&self) -> Result<()> {
         self.writable()?;
-        self.inner.backend.flush()
+        self.inner.log.flush()
     }
 
     /// What `open` found: records replayed, torn bytes discarded, corruption skipped.
@@ -133,11 +133,11 @@ impl<S: State> Store<S> {
 
     /// The store's directory.
     pub fn dir(&self) -> &Path {
-        self.inner.backend.location()
+        self.inner.log.dir()
     }
 
     fn writable(&self) -> Result<()> {
-        if self.inner.backend.is_read_only() {
+        if self.inner.log.is_read_only() {
             Err(Error::ReadOnly)
         } else {
             Ok(())
@@ -183,6 +183,7 @@ impl<S: State> Store<S> {
     /// How many task slots the in-memory index holds, tasks or not. Equal to
     /// `stats().tasks` unless writes on other threads are under way; exposed for tests of
     /// the index's memory, not a stable API.
+    #[cfg(feature = "test-hooks")]
     #[doc(hidden)]
     pub fn index_slots(&self) -> usize {
         self.inner.index.slot_count()
@@ -191,6 +192,7 @@ impl<S: State> Store<S> {
     /// How many tool-call entries the in-memory index holds over all tasks, those
     /// retention pruned but compaction has not yet dropped included; exposed for tests of
     /// the index's memory, not a stable API.
+    #[cfg(feature = "test-hooks")]
     #[doc(hidden)]
     pub fn index_call_entries(&self) -> usize {
         let mut n = 0;
@@ -199,21 +201,4 @@ impl<S: State> Store<S> {
     }
 }
 
-pub(crate) fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
-}
-
-pub(crate) fn validate_id(what: &str, id: &str, max_bytes: usize) -> Result<()> {
-    if id.is_empty() {
-        return Err(Error::InvalidArgument(format!("{what} is empty")));
-    }
-    if id.len() > max_bytes {
-        return Err(Error::InvalidArgument(format!(
-            "{what} is {} bytes; the limit is {max_bytes}",
-            id.len()
-        )));
-    }
-    Ok(())
-}
+pub(crate) use crate::rules::{now_ms, validate_id};

@@ -1,4 +1,4 @@
-//! Opening a store: recovery replays the backend's records into the index.
+//! Opening a store: recovery replays the log's records into the index.
 
 use super::*;
 
@@ -62,12 +62,12 @@ impl<S: State> Store<S> {
         let index = Index::new(S::VERSION);
         let salvage = options.recovery == RecoveryMode::Salvage;
         let mut replayer = replay::Replayer::new(&index, salvage);
-        let backend: Box<dyn Backend> = Box::new(open(&mut |rec| replayer.visit(rec))?);
+        let log = open(&mut |rec| replayer.visit(rec))?;
         let mut lost = replayer.finish()?;
         if salvage {
-            salvage::name_skipped_checkpoints(&*backend, &index, &mut lost);
+            salvage::name_skipped_checkpoints(&log, &index, &mut lost);
         }
-        let r = backend.recovery();
+        let r = log.recovery();
         let report = RecoveryReport {
             records: r.records,
             bytes: r.bytes,
@@ -86,7 +86,7 @@ impl<S: State> Store<S> {
             "store opened"
         );
         let inner = Arc::new(Inner {
-            backend,
+            log,
             index,
             options,
             report,
@@ -96,7 +96,7 @@ impl<S: State> Store<S> {
             gates: Arc::default(),
             compactor: parking_lot::Mutex::new(()),
         });
-        let compactor = (options.auto_compact && !inner.backend.is_read_only())
+        let compactor = (options.auto_compact && !inner.log.is_read_only())
             .then(|| compaction::spawn_background(Arc::downgrade(&inner)))
             .flatten();
         Ok(Store {

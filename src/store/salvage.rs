@@ -1,19 +1,15 @@
 //! Salvage recovery's report: which task lost which checkpoints.
 
 use super::LostCheckpoints;
-use super::backend::Backend;
 use super::codec::{CheckpointHead, KIND_CHECKPOINT};
 use super::index::Index;
 use super::replay::note_lost;
+use crate::log::Log;
 
 /// Names the checkpoints held by corrupt ranges the log skipped: a damaged record's
 /// header and leading fields (task, seq) often survive the damage. Best effort: a range
 /// whose record is unreadable is reported only as a skipped range.
-pub(crate) fn name_skipped_checkpoints(
-    log: &dyn Backend,
-    index: &Index,
-    lost: &mut Vec<LostCheckpoints>,
-) {
+pub(crate) fn name_skipped_checkpoints(log: &Log, index: &Index, lost: &mut Vec<LostCheckpoints>) {
     for range in &log.recovery().skipped {
         let Some((KIND_CHECKPOINT, payload)) = log.skipped_record(range) else {
             continue;

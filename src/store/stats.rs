@@ -5,8 +5,12 @@ use super::*;
 impl<S: State> Store<S> {
     /// Counters and sizes (see [`Stats`]).
     pub fn stats(&self) -> Stats {
-        let log = self.inner.backend.stats();
-        let (segments, disk_bytes) = (log.files, log.disk_bytes);
+        let log = self.inner.log.stats();
+        // A directory listing; on error the sizes are unknown, not fatal to `stats`.
+        let sizes = self.inner.log.segment_sizes().unwrap_or_default();
+        let free = self.inner.log.free_file_sizes().unwrap_or_default();
+        let segments = sizes.len() as u64;
+        let disk_bytes = sizes.iter().chain(&free).map(|(_, b)| b).sum();
         let (mut live_bytes, mut tasks, mut checkpoints) = (0, 0, 0);
         self.inner.index.for_each(|_, d| {
             live_bytes += d.live_bytes();
@@ -30,7 +34,7 @@ impl<S: State> Store<S> {
             live_bytes,
             dead_bytes: log_bytes.saturating_sub(live_bytes),
             segments,
-            free_segments: log.free_files,
+            free_segments: free.len() as u64,
             disk_bytes,
             tasks,
             checkpoints,

@@ -64,7 +64,7 @@ impl Backend for AgentwalPostgres {
         m.disk_bytes = bytes;
         m.disk_allocated = bytes;
         let probe = task_id(0);
-        // What a load of task 0 reads: the rows from its newest snapshot on (§7.13.2).
+        // What a load of task 0 reads: the rows from its newest snapshot on (docs/postgres.md §2).
         let (rows, read) = admin.floats2(&format!(
             "SELECT count(*)::float8, coalesce(sum(octet_length(body)), 0)::float8 \
              FROM {schema}.checkpoints WHERE task = '{probe}'::bytea AND seq >= coalesce( \

@@ -38,7 +38,7 @@ use self::batch::{Batch, Pending, reserve};
 use self::zeroing::ZeroingPolicy;
 use super::format::*;
 use super::record::{self, Internal, Salt};
-use super::{AppendThen, Appended, RecordPos, SyncMode, record_bytes};
+use super::{AppendThen, Appended, RecordPos, SyncMode};
 use crate::error::{Error, Result};
 use crate::storage::{Storage, StorageFile};
 
@@ -72,6 +72,7 @@ struct Shared {
     /// Records of `append_then` not yet done, in LSN order.
     completions: VecDeque<Completion>,
     /// Set when the log closes: the syncer thread returns.
+    #[cfg(feature = "tokio")]
     syncer_stop: bool,
 }
 
@@ -253,6 +254,7 @@ impl Writer {
                 in_flight_sync: false,
                 poisoned: None,
                 completions: VecDeque::new(),
+                #[cfg(feature = "tokio")]
                 syncer_stop: false,
             }),
             wake: [Condvar::new(), Condvar::new()],
@@ -368,14 +370,14 @@ impl Writer {
     /// or written (otherwise), or that it failed, by the thread that finishes its batch
     /// (the syncer, or a blocking appender leading). The caller must make sure a syncer
     /// runs ([`run_syncer`](Self::run_syncer)).
-    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
+    #[cfg(feature = "tokio")]
     pub fn append_then(&self, kind: u8, then: Box<dyn AppendThen>) {
         let payload = then.payload();
         let payload_bytes = payload.len();
         match self.queue(kind, payload) {
             Ok((mut shared, lsn, pos)) => {
                 // Within a segment: `queue` checked the size.
-                let bytes = record_bytes(payload_bytes);
+                let bytes = super::record_bytes(payload_bytes);
                 let appended = Appended { lsn, pos, bytes };
                 shared.completions.push_back(Completion { appended, then });
                 self.async_work.notify_one();
@@ -423,7 +425,7 @@ impl Writer {
 
     /// The syncer: leads batches while `append_then` records wait and no blocking
     /// appender leads them; returns once [`stop_syncer`](Self::stop_syncer) was called.
-    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
+    #[cfg(feature = "tokio")]
     pub fn run_syncer(&self) {
         let durable = matches!(self.sync, SyncMode::Always);
         let mut shared = self.shared.lock();
@@ -444,7 +446,7 @@ impl Writer {
     }
 
     /// Makes [`run_syncer`](Self::run_syncer) return.
-    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
+    #[cfg(feature = "tokio")]
     pub fn stop_syncer(&self) {
         self.shared.lock().syncer_stop = true;
         self.async_work.notify_all();

@@ -1,9 +1,12 @@
 //! What the index remembers about one task: its checkpoints, calls and fork origin, and
 //! the rules that read them (latest seq, fold plans, retention bounds).
 
+use std::time::Duration;
+
 use super::TaskSlot;
 use super::calls::Calls;
 use super::checkpoints::{CpEntry, CpList, PackedCp};
+use crate::rules::retention;
 
 /// Everything the store remembers about one task.
 #[derive(Debug, Default)]
@@ -93,50 +96,40 @@ impl TaskData {
         self.checkpoints.get(usize::try_from(i).ok()?)
     }
 
-    /// Records to read to rebuild `seq`: the newest snapshot at or before it (if any)
-    /// and every delta after that, oldest first.
+    /// Records to read to rebuild `seq`: its fold base (the newest snapshot at or before
+    /// it, or the task's first checkpoint) and every delta after that, oldest first.
+    /// `None` if it is not retained or cannot be rebuilt (no fold base).
     pub fn fold_plan(&self, seq: u64) -> Option<Vec<CpEntry>> {
         let cps = self.checkpoints.as_slice();
         let end = usize::try_from(seq.checked_sub(self.first_seq)?).ok()?;
         if end >= cps.len() {
             return None;
         }
-        let start = cps[..=end].iter().rposition(|c| c.snapshot()).unwrap_or(0);
-        // Without a snapshot the fold must start from the task's very first checkpoint.
-        if !cps[start].snapshot() && self.first_seq != 1 {
+        let start = retention::fold_base(cps[..=end].iter().map(|c| c.snapshot()));
+        if !retention::fold_can_start(self.first_seq + start as u64, cps[start].snapshot()) {
             return None;
         }
         Some(cps[start..=end].iter().map(|c| c.unpack()).collect())
     }
 
     /// Oldest seq that retention still serves: the last `keep` checkpoints, those younger
-    /// than `max_age_ms`, and always the latest. 0 for a task without checkpoints.
-    pub fn retained_from(&self, keep: Option<u32>, max_age_ms: Option<u64>, now_ms: u64) -> u64 {
-        let latest = self.latest_seq();
-        if latest == 0 {
-            return 0;
-        }
-        let mut from = self.first_loadable_seq();
-        if let Some(keep) = keep {
-            from = from.max(latest.saturating_sub(u64::from(keep).saturating_sub(1)));
-        }
-        if let Some(age) = max_age_ms {
+    /// than `max_age` at `now_ms`, and always the latest. 0 for a task without checkpoints.
+    pub fn retained_from(&self, keep: Option<u32>, max_age: Option<Duration>, now_ms: u64) -> u64 {
+        let young_from = retention::age_cutoff_ms(max_age, now_ms).map(|cutoff| {
             // created_at_ms never decreases within a task (commit enforces it).
-            let cutoff = now_ms.saturating_sub(age);
-            let young = self
-                .checkpoints
-                .as_slice()
-                .partition_point(|c| c.created_at_ms() < cutoff);
-            from = from.max(self.first_seq + young as u64);
-        }
-        from.min(latest)
+            let cps = self.checkpoints.as_slice();
+            self.first_seq + cps.partition_point(|c| c.created_at_ms() < cutoff) as u64
+        });
+        let latest = self.latest_seq();
+        retention::retained_from(latest, self.first_loadable_seq(), keep, young_from)
     }
 
     /// Oldest seq that can be rebuilt: the first, unless the history is headless (starts
     /// with a delta after seq 1), then its first snapshot.
     pub fn first_loadable_seq(&self) -> u64 {
         let cps = self.checkpoints.as_slice();
-        if self.first_seq <= 1 || cps.first().is_none_or(|c| c.snapshot()) {
+        let can_start = |c: &PackedCp| retention::fold_can_start(self.first_seq, c.snapshot());
+        if cps.first().is_none_or(can_start) {
             return self.first_seq;
         }
         let first_snapshot = cps.iter().position(|c| c.snapshot());
@@ -153,8 +146,7 @@ impl TaskData {
             return self.first_seq;
         }
         let end = (end as usize).min(cps.len().saturating_sub(1));
-        let base = cps[..=end].iter().rposition(|c| c.snapshot()).unwrap_or(0);
-        self.first_seq + base as u64
+        self.first_seq + retention::fold_base(cps[..=end].iter().map(|c| c.snapshot())) as u64
     }
 
     /// Forgets the checkpoints below `seq` (they are no longer needed).

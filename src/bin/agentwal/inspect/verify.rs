@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use agentwal::log::{Log, LogOptions};
-use agentwal::{AgentState, BodyCheck, Error, Store, VerifyReport};
+use agentwal::{AgentState, BodyCheck, BodyLocation, Error, Store, VerifyReport};
 use serde_json::{Value as J, json};
 
 use super::NOT_AGENT_STATE;
@@ -212,7 +212,8 @@ fn location(e: &Error) -> (Option<String>, Option<u64>) {
             segment, offset, ..
         }
         | Error::BodyDecode {
-            segment, offset, ..
+            location: BodyLocation::Log { segment, offset },
+            ..
         } => (Some(segment.display().to_string()), Some(*offset)),
         _ => (None, None),
     }
