@@ -82,7 +82,7 @@ pub const SEGMENT_BYTES_MIN: u64 = 4096;
 pub const SEGMENT_BYTES_MAX: u64 = 1 << 31;
 /// Largest record (header and payload). The store's index packs a record's size into 31
 /// bits (docs/store.md §1); a record larger than `segment_bytes` allows gets a segment of
-/// its own, sized to hold it (§2.5).
+/// its own, sized to hold it (docs/format.md §5).
 pub const RECORD_BYTES_MAX: u64 = (1 << 31) - 1;
 /// Largest payload of a record, whatever `segment_bytes` is.
 pub const RECORD_PAYLOAD_BYTES_MAX: u64 = RECORD_BYTES_MAX - RECORD_HEADER_BYTES as u64;

@@ -199,7 +199,7 @@ pub struct LogStats {
     pub fill_bytes_written: u64,
     /// Segments created by rotation.
     pub rotations: u64,
-    /// Of those, segments made from a retired file rather than a new one (§2.6).
+    /// Of those, segments made from a retired file rather than a new one (docs/format.md §6).
     pub segments_recycled: u64,
 }
 

@@ -210,7 +210,7 @@ fn remove_superseded_files(
 }
 
 /// Salts for new segments: above every salt on disk, in segments and in retired files,
-/// so a recycled file's new salt differs from each of its earlier lives' (§2.3).
+/// so a recycled file's new salt differs from each of its earlier lives' (docs/format.md §3).
 fn salt_source(fs: &dyn Storage, dir: &Path, scan: &Scan) -> Result<SaltSource> {
     let in_segments = scan.segments.iter().filter_map(|s| match s.salt {
         Salt::Salted(salt) => Some(salt),

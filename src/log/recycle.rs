@@ -3,7 +3,7 @@
 //! them, and the writer's next rotation takes one and gives it a new header, so its
 //! blocks are written already: no zeros to write, no unwritten extents to convert in
 //! fdatasync. Only format-v2 files are kept: their old records carry a salt the new
-//! life's never has, so none of them validates again (§2.3). A v1 file's records carry
+//! life's never has, so none of them validates again (docs/format.md §3). A v1 file's records carry
 //! no salt, and it is deleted as before.
 
 use std::ops::RangeInclusive;

@@ -213,7 +213,7 @@ pub fn create_segment(
 /// Makes the retired segment file `free` (a `.free` name) segment `header.id`: renamed
 /// to the temporary name, its header rewritten (with the recycled flag and a new salt),
 /// fsynced, then installed like a new segment. Its old records stay where they were, but
-/// they carry another salt, so none of them validates in the new life (§2.3).
+/// they carry another salt, so none of them validates in the new life (docs/format.md §3).
 pub fn recycle_segment(
     storage: &dyn Storage,
     dir: &Path,

@@ -16,7 +16,7 @@ pub(crate) struct SegmentPin {
     pub bytes: FileView,
     /// The salt the segment had when scanned.
     pub salt: Salt,
-    /// Whether `bytes` is a map: a recycled file changes under it (§2.6), and its
+    /// Whether `bytes` is a map: a recycled file changes under it (docs/format.md §6), and its
     /// header then shows another salt.
     pub mapped: bool,
 }

@@ -114,7 +114,7 @@ fn find_durable_batch(buf: &[u8], salt: Salt, from: usize, min_lsn: u64) -> Opti
     for chunk in flags.chunks(SKIP_CHUNK) {
         // Cheap filter first: DURABLE_BEFORE comes only with START and at most END, so the
         // flags byte is one of two values; almost every offset fails that, zeros and an
-        // earlier life's bytes in a recycled segment (§2.6) alike, a chunk at a time.
+        // earlier life's bytes in a recycled segment (docs/format.md §6) alike, a chunk at a time.
         if chunk.iter().any(|&f| durable_start(f)) {
             let found = chunk.iter().enumerate().find_map(|(i, &f)| {
                 let q = base + i;

@@ -1,6 +1,6 @@
 //! Filling the rest of a write's last block where the blocks were written before.
 //!
-//! Past the data, a recycled file (§2.6) holds its earlier life's bytes, and a segment
+//! Past the data, a recycled file (docs/format.md §6) holds its earlier life's bytes, and a segment
 //! reopened after a restart holds the zeros an earlier process wrote ahead. Those blocks
 //! are written, so the page cache cannot make up a block it does not hold: a `write` that
 //! covers only part of one must read it from the device first, on the leader's path and
@@ -17,7 +17,7 @@
 //! its last, and those reads compete with the fdatasyncs (section 5).
 //!
 //! Zeros past the data read as unwritten space, as the earlier life's bytes do not
-//! validate (§2.3): recovery sees no difference.
+//! validate (docs/format.md §3): recovery sees no difference.
 
 use super::Io;
 

@@ -33,7 +33,7 @@ impl Io {
             // Sealed by an earlier writer, and made durable by this one's open.
             debug_assert_eq!(next_lsn, self.sealed_next_lsn, "the seal's LSN comes next");
         }
-        // A record too large for a segment of `segment_bytes` gets one of its own (§2.5).
+        // A record too large for a segment of `segment_bytes` gets one of its own (docs/format.md §5).
         let needed = (SEGMENT_HEADER_BYTES + first_record_bytes + SEAL_RECORD_BYTES) as u64;
         self.segment_end = self.segment_bytes.max(needed);
         let salt = self.salts.next();
