@@ -103,7 +103,7 @@ fn check_segment_header(buf: &[u8]) {
     if let Ok(h) = SegmentHeader::decode(buf, path) {
         assert_eq!(
             h.encode()[..],
-            buf[..SEGMENT_HEADER_BYTES],
+            buf[..h.data_start() as usize],
             "a decoded segment header does not re-encode to its bytes"
         );
     }
