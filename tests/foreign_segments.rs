@@ -11,10 +11,11 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use agentwal::log::SegmentHeader;
 use agentwal::{
     AgentDelta, AgentState, CorruptionReason, Error, Message, Options, RecoveryMode, State, Store,
 };
-use common::segments::segment_files;
+use common::segments::{read_header, segment_files};
 use tempfile::TempDir;
 
 fn options(recovery: RecoveryMode) -> Options {
@@ -168,4 +169,75 @@ fn a_segment_from_another_store_after_the_sealed_final_one_is_refused() {
     let target = path_of(a.path(), last);
     std::fs::copy(path_of(b.path(), last), &target).expect("copy");
     assert_refused(a.path(), &target);
+}
+
+/// Rewrites the header of segment file `path` with `edit` applied.
+fn rewrite_header(path: &Path, edit: impl FnOnce(&mut SegmentHeader)) {
+    let mut bytes = std::fs::read(path).expect("read");
+    let mut header = read_header(path);
+    edit(&mut header);
+    let encoded = header.encode();
+    bytes[..encoded.len()].copy_from_slice(&encoded);
+    std::fs::write(path, bytes).expect("write");
+}
+
+#[test]
+fn a_segment_that_does_not_link_to_its_sealed_predecessor_is_refused_outside_salvage() {
+    // Same store id, another link: what a segment of another copy of this store, or one
+    // put out of order, looks like.
+    let a = store('a', 24);
+    let target = path_of(a.path(), 2);
+    rewrite_header(&target, |h| {
+        let chain = h.chain.as_mut().expect("v3");
+        chain.prev_link = chain.prev_link.wrapping_add(1);
+    });
+    for mode in [RecoveryMode::TolerateTornTail, RecoveryMode::Strict] {
+        let opened = Store::<AgentState>::open_read_only_with(a.path(), options(mode));
+        names_foreign(opened.map(drop), &target).unwrap_or_else(|e| panic!("{mode:?}: {e}"));
+        let opened = Store::<AgentState>::open_with(a.path(), options(mode));
+        names_foreign(opened.map(drop), &target).unwrap_or_else(|e| panic!("{mode:?}: {e}"));
+    }
+    // Salvage reads past a broken chain (a missing segment breaks the links too); the
+    // records still validate under the segment's own salt, and the store id is A's.
+    let s = Store::<AgentState>::open_read_only_with(a.path(), options(RecoveryMode::Salvage))
+        .expect("salvage");
+    let latest = s.load_latest("t").expect("load").expect("t");
+    assert_eq!((latest.seq, &*latest.state), (24, &expected(24)));
+}
+
+#[test]
+fn a_v2_segment_after_a_v3_segment_is_refused_in_every_mode() {
+    // A v3 writer makes only v3 segments: a v2 one after them is another store's.
+    let a = store('a', 24);
+    let last = segment_files(a.path()).len() as u64;
+    let target = path_of(a.path(), last);
+    rewrite_header(&target, |h| h.chain = None);
+    assert_refused(a.path(), &target);
+}
+
+#[test]
+fn every_segment_of_a_store_carries_its_id_and_links_to_its_predecessor() {
+    let a = store('a', 24);
+    let s: Store = Store::open_with(a.path(), options(RecoveryMode::default())).expect("open");
+    s.compact().expect("compact");
+    for i in 25..=40 {
+        s.commit("t", &step('a', i)).expect("commit");
+    }
+    drop(s);
+    let headers: Vec<SegmentHeader> = segment_files(a.path())
+        .iter()
+        .map(|(_, p)| read_header(p))
+        .collect();
+    assert!(headers[0].is_compacted(), "{headers:?}");
+    assert!(headers.iter().any(|h| h.is_recycled()), "{headers:?}");
+    let store_id = headers[0].chain.expect("v3").store_id;
+    for pair in headers.windows(2) {
+        let chain = pair[1].chain.expect("v3");
+        assert_eq!(chain.store_id, store_id, "{pair:?}");
+        assert_eq!(Some(chain.prev_link), pair[0].hand_on(), "{pair:?}");
+    }
+    // Another store's id differs.
+    let b = store('a', 1);
+    let other = read_header(&segment_files(b.path())[0].1);
+    assert_ne!(other.chain.expect("v3").store_id, store_id);
 }

@@ -339,3 +339,77 @@ fn ctx(dir: &Path, id: u64, what: &str) -> String {
 pub fn preallocate(file: &dyn StorageFile, offset: u64, len: u64) -> std::io::Result<()> {
     file.allocate(offset, len)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn header(salt: Salt, chain: Option<Chain>) -> SegmentHeader {
+        SegmentHeader {
+            id: 7,
+            first_lsn: 99,
+            flags: SEGMENT_FLAG_RECYCLED * u32::from(salt != Salt::Unsalted),
+            salt,
+            chain,
+        }
+    }
+
+    const CHAIN: Chain = Chain {
+        store_id: 0x0123_4567_89ab_cdef_fedc_ba98_7654_3210,
+        prev_link: 41,
+        next_link: 42,
+    };
+
+    #[test]
+    fn each_version_round_trips_at_its_own_length() {
+        let path = Path::new("x.wal");
+        for (h, version, bytes) in [
+            (header(Salt::Unsalted, None), FORMAT_VERSION_V1, 40),
+            (header(Salt::Salted(5), None), FORMAT_VERSION_V2, 40),
+            (header(Salt::Salted(42), Some(CHAIN)), FORMAT_VERSION, 64),
+        ] {
+            let encoded = h.encode();
+            assert_eq!((h.version(), encoded.len()), (version, bytes));
+            assert_eq!(h.data_start(), bytes as u64);
+            assert_eq!(SegmentHeader::decode(&encoded, path).unwrap(), h);
+        }
+        assert_eq!(header(Salt::Unsalted, None).hand_on(), None);
+        assert_eq!(header(Salt::Salted(5), None).hand_on(), Some(5));
+        assert_eq!(header(Salt::Salted(9), Some(CHAIN)).hand_on(), Some(42));
+    }
+
+    #[test]
+    fn a_v3_header_cut_short_or_with_a_changed_field_is_refused() {
+        let path = Path::new("x.wal");
+        let encoded = header(Salt::Salted(42), Some(CHAIN)).encode();
+        for len in SEGMENT_HEADER_BYTES_V2..SEGMENT_HEADER_BYTES {
+            let e = SegmentHeader::decode(&encoded[..len], path).unwrap_err();
+            assert!(
+                matches!(
+                    e,
+                    Error::Corruption {
+                        reason: CorruptionReason::BadHeader(_),
+                        ..
+                    }
+                ),
+                "{len}: {e}"
+            );
+        }
+        // Every byte of the links and the store id is covered by the checksum.
+        for at in SEG_PREV_LINK_OFFSET..SEG_CRC_OFFSET {
+            let mut b = encoded.clone();
+            b[at] ^= 1;
+            let e = SegmentHeader::decode(&b, path).unwrap_err();
+            assert!(
+                matches!(
+                    e,
+                    Error::Corruption {
+                        reason: CorruptionReason::ChecksumMismatch { .. },
+                        ..
+                    }
+                ),
+                "{at}: {e}"
+            );
+        }
+    }
+}
