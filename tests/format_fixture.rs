@@ -2,9 +2,10 @@
 //! `tests/fixtures/v1-store/`, opens and reads back exactly (read-only, and for writing on a
 //! copy, which then takes new commits).
 //!
-//! Format v2 code keeps a v1 store working: its v1 segments stay v1 (the final one is
-//! appended to with v1, unsalted, records), every new segment is v2, and compaction,
-//! which rewrites the sealed segments, leaves only v2 segment files behind.
+//! Current code keeps a v1 store working: its v1 segments stay v1 (the final one is
+//! appended to with v1, unsalted, records), every new segment is in the current format,
+//! and compaction, which rewrites the sealed segments, leaves only such segment files
+//! behind.
 //!
 //! The fixture was written by `write_v1_fixture` below (format version 1, at commit
 //! `c017e56`); regenerating it is only for a new format version, under a new name, so that
@@ -186,11 +187,12 @@ fn assert_v1(header: &SegmentHeader, version: u32, ctx: &str) {
     );
 }
 
-fn assert_v2(header: &SegmentHeader, version: u32, ctx: &str) {
+/// A segment in the current format (v2 when this test was written, v3 since).
+fn assert_current(header: &SegmentHeader, version: u32, ctx: &str) {
     assert!(matches!(header.salt, Salt::Salted(_)), "{ctx}: {header:?}");
     assert_eq!(
         (header.version(), version),
-        (FORMAT_VERSION, 2),
+        (FORMAT_VERSION, FORMAT_VERSION),
         "{ctx}: {header:?}"
     );
 }
@@ -303,7 +305,7 @@ fn grow(store: &Store) {
 }
 
 #[test]
-fn a_v1_store_keeps_working_and_compaction_leaves_only_v2_segments() {
+fn a_v1_store_keeps_working_and_compaction_leaves_only_current_segments() {
     let dir = fixture_copy();
     let store: Store = Store::open_with(dir.path(), options()).expect("open for writing");
     check(&store);
@@ -317,7 +319,7 @@ fn a_v1_store_keeps_working_and_compaction_leaves_only_v2_segments() {
     drop(store);
     let store: Store = Store::open_with(dir.path(), options()).expect("reopen");
     check_grown(&store, "reopened");
-    // The old segments stay v1 until compaction; every new one is v2, with its own salt.
+    // The old segments stay v1 until compaction; every new one is current, with its own salt.
     let grown = segment_headers(dir.path());
     assert!(grown.len() >= 4, "rotated past segment 7: {grown:?}");
     let mut salts = Vec::new();
@@ -326,7 +328,7 @@ fn a_v1_store_keeps_working_and_compaction_leaves_only_v2_segments() {
         match id {
             6 | 7 => assert_v1(h, *version, &ctx),
             _ => {
-                assert_v2(h, *version, &ctx);
+                assert_current(h, *version, &ctx);
                 salts.push(h.salt);
             }
         }
@@ -344,15 +346,15 @@ fn a_v1_store_keeps_working_and_compaction_leaves_only_v2_segments() {
     drop(store);
     let after = segment_headers(dir.path());
     for (id, h, version) in &after {
-        assert_v2(h, *version, &format!("segment {id} after compaction"));
+        assert_current(h, *version, &format!("segment {id} after compaction"));
     }
     assert!(
         after.iter().all(|(id, _, _)| *id > 7),
         "the v1 segments are gone: {after:?}"
     );
-    // No v1 file waits for reuse either (only v2 files are recycled).
+    // No v1 file waits for reuse either (only salted files are recycled).
     for path in free_files(dir.path()) {
-        assert_v2(&read_header(&path), version_field(&path), "free file");
+        assert_current(&read_header(&path), version_field(&path), "free file");
     }
     let store: Store = Store::open_with(dir.path(), options()).expect("reopen");
     check_grown(&store, "reopened after compaction");

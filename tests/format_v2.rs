@@ -404,6 +404,7 @@ fn write_v1_log(dir: &Path, payloads: &[Vec<u8>]) -> Vec<(usize, usize)> {
         first_lsn: 1,
         flags: 0,
         salt: Salt::Unsalted,
+        chain: None,
     };
     let mut bytes = header.encode().to_vec();
     assert_eq!(
@@ -886,6 +887,8 @@ fn a_reopened_writer_salts_new_segments_above_its_retired_files() {
         first_lsn: 1,
         flags: 0,
         salt: Salt::Salted(planted_salt),
+        // A v2 file: retired by earlier code, recycled as a v3 segment.
+        chain: None,
     };
     let mut bytes = h.encode().to_vec();
     bytes.resize(SEGMENT_BYTES as usize, 0);

@@ -1,7 +1,7 @@
 //! Round trips, reopen, rotation and concurrent appenders on the plain log.
 
 use agentwal::Error;
-use agentwal::log::{Log, LogOptions, RecordPos, SyncMode};
+use agentwal::log::{Log, LogOptions, RecordPos, SEGMENT_HEADER_BYTES, SyncMode};
 
 fn small() -> LogOptions {
     LogOptions {
@@ -226,7 +226,7 @@ fn reopening_with_smaller_segments_keeps_the_new_limit() {
         if name.ends_with(".wal") && name == format!("{:020}.wal", 2) {
             assert_eq!(
                 len,
-                40 + 20 + 100_000 + 28,
+                SEGMENT_HEADER_BYTES as u64 + 20 + 100_000 + 28,
                 "{name} holds one record and a seal"
             );
         } else if name.ends_with(".wal") && name != format!("{:020}.wal", 1) {

@@ -33,8 +33,8 @@ const SWEEP_SEGMENT_BYTES: u64 = 8 << 10;
 /// Byte range of the version field in a segment header (magic is 0..8).
 const HEADER_VERSION_BYTES: std::ops::Range<u64> = 8..12;
 /// Header bytes covered by the header checksum (the checksum itself sits right after):
-/// in format v2, magic to salt.
-const HEADER_CRC_COVERED: usize = 36;
+/// in format v3, magic to store id.
+const HEADER_CRC_COVERED: usize = SEGMENT_HEADER_BYTES - 4;
 
 /// A record as appended, or as recovery delivered it.
 #[derive(Debug, Clone, PartialEq, Eq)]

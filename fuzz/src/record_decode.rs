@@ -13,7 +13,7 @@ use agentwal::log::SegmentHeader;
 use agentwal::log::record::{self, DecodeError, Salt};
 use agentwal::log::{
     KIND_CLOSE, KIND_SEAL, KIND_UNWRITTEN, KIND_USER_MAX, RECORD_HEADER_BYTES, RecordRef,
-    SEGMENT_HEADER_BYTES, parse_segment_file_name, segment_file_name,
+    parse_segment_file_name, segment_file_name,
 };
 use agentwal::{COMPRESSED_BODY_BYTES_MAX, describe_record};
 
@@ -103,7 +103,7 @@ fn check_segment_header(buf: &[u8]) {
     if let Ok(h) = SegmentHeader::decode(buf, path) {
         assert_eq!(
             h.encode()[..],
-            buf[..SEGMENT_HEADER_BYTES],
+            buf[..h.data_start() as usize],
             "a decoded segment header does not re-encode to its bytes"
         );
     }

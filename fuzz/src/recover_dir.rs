@@ -19,8 +19,8 @@
 use std::io::ErrorKind;
 use std::path::Path;
 
-use agentwal::log::SegmentHeader;
 use agentwal::log::record::{self, RecordHeader, Salt};
+use agentwal::log::{Chain, SegmentHeader};
 use agentwal::log::{
     FLAG_BATCH_END, FLAG_BATCH_START, FLAG_DURABLE_BEFORE, KIND_SEAL, SEGMENT_FLAG_COMPACTED,
     segment_file_name,
@@ -161,6 +161,16 @@ fn salt_of(id: u64) -> Salt {
     }
 }
 
+/// Every third segment is format v3 (the others v1 and v2), of one store, linked to a
+/// salted predecessor.
+fn chain_of(id: u64) -> Option<Chain> {
+    (id % 3 == 2).then_some(Chain {
+        store_id: 0x5709e,
+        prev_link: 0x0bad_5eed,
+        next_link: 0x0bad_5eed,
+    })
+}
+
 fn write_files(dir: &Path, input: &Input) {
     let mut next_lsn = 1u64;
     for spec in input.files.iter().take(FILES_MAX) {
@@ -183,6 +193,7 @@ fn write_files(dir: &Path, input: &Input) {
                     0
                 },
                 salt: salt_of(id),
+                chain: chain_of(id),
             };
             bytes.extend_from_slice(&header.encode());
         }

@@ -729,8 +729,9 @@ fn salt_of(bytes: &[u8]) -> Salt {
 /// Offset just past the last record of a segment, and whether that record is a close
 /// record; `None` if it ends with a seal.
 fn data_end(bytes: &[u8]) -> Option<(usize, bool)> {
-    let salt = salt_of(bytes);
-    let mut pos = SEGMENT_HEADER_BYTES;
+    let header = SegmentHeader::decode(bytes, Path::new("segment")).ok();
+    let salt = header.map_or(Salt::Unsalted, |h| h.salt);
+    let mut pos = header.map_or(SEGMENT_HEADER_BYTES, |h| h.data_start() as usize);
     let mut closed = false;
     while let Ok((h, _)) = record::decode(bytes.get(pos..)?, salt) {
         if h.kind == KIND_SEAL {

@@ -3,11 +3,16 @@
 
 /// Magic bytes opening every segment file.
 pub const SEGMENT_MAGIC: [u8; 8] = *b"AGENTWAL";
-/// Format version written into every segment header. Version 2 adds the segment's salt
-/// (mixed into every record checksum), recycled segments, close records and records
-/// larger than `segment_bytes`; version 1 segments are still read (and appended to, with
-/// unsalted checksums, until the writer moves to a new segment).
-pub const FORMAT_VERSION: u32 = 2;
+/// Format version written into every new segment header. Version 3 adds the store's id
+/// and the links that tie each segment to its predecessor (a 64-byte header); version 2
+/// added the segment's salt (mixed into every record checksum), recycled segments, close
+/// records and records larger than `segment_bytes`. Segments of versions 1 and 2 are
+/// still read (and the final one appended to, under its own version's rules, until the
+/// writer moves to a new segment).
+pub const FORMAT_VERSION: u32 = 3;
+/// The previous format version, still read: a 40-byte header with a salt, no store id
+/// and no links.
+pub const FORMAT_VERSION_V2: u32 = 2;
 /// The first format version, still read: no salt, a pad field where v2 has its salt.
 pub const FORMAT_VERSION_V1: u32 = 1;
 
@@ -17,10 +22,19 @@ pub(crate) const SEG_VERSION_OFFSET: usize = SEG_MAGIC_OFFSET + 8;
 pub(crate) const SEG_FLAGS_OFFSET: usize = SEG_VERSION_OFFSET + 4;
 pub(crate) const SEG_ID_OFFSET: usize = SEG_FLAGS_OFFSET + 4;
 pub(crate) const SEG_FIRST_LSN_OFFSET: usize = SEG_ID_OFFSET + 8;
-// Version 2: the salt, then the CRC of every byte before it.
+// Versions 2 and 3: the salt.
 pub(crate) const SEG_SALT_OFFSET: usize = SEG_FIRST_LSN_OFFSET + 8;
-pub(crate) const SEG_CRC_OFFSET: usize = SEG_SALT_OFFSET + 4;
-/// Size of the segment header; the first record starts right after it.
+// Version 2: then the CRC of every byte before it.
+pub(crate) const SEG_V2_CRC_OFFSET: usize = SEG_SALT_OFFSET + 4;
+/// Size of a format v1 or v2 segment header; the first record starts right after it.
+pub const SEGMENT_HEADER_BYTES_V2: usize = SEG_V2_CRC_OFFSET + 4;
+// Version 3: the links and the store id, then the CRC of every byte before it.
+pub(crate) const SEG_PREV_LINK_OFFSET: usize = SEG_SALT_OFFSET + 4;
+pub(crate) const SEG_NEXT_LINK_OFFSET: usize = SEG_PREV_LINK_OFFSET + 4;
+pub(crate) const SEG_STORE_ID_OFFSET: usize = SEG_NEXT_LINK_OFFSET + 4;
+pub(crate) const SEG_CRC_OFFSET: usize = SEG_STORE_ID_OFFSET + 16;
+/// Size of the segment header [`FORMAT_VERSION`] writes; the first record starts right
+/// after it. (A v1 or v2 segment's header is [`SEGMENT_HEADER_BYTES_V2`] long.)
 pub const SEGMENT_HEADER_BYTES: usize = SEG_CRC_OFFSET + 4;
 // Version 1: the CRC of the first 32 bytes, then a pad field that must be 0.
 pub(crate) const SEG_V1_CRC_OFFSET: usize = SEG_FIRST_LSN_OFFSET + 8;
@@ -36,7 +50,7 @@ pub(crate) const REC_RESERVED_OFFSET: usize = REC_FLAGS_OFFSET + 1;
 /// Size of a record header; the payload follows it.
 pub const RECORD_HEADER_BYTES: usize = REC_RESERVED_OFFSET + 2;
 
-const _: () = assert!(SEGMENT_HEADER_BYTES == 40);
+const _: () = assert!(SEGMENT_HEADER_BYTES_V2 == 40 && SEGMENT_HEADER_BYTES == 64);
 
 /// Segment flag: written by compaction. It holds the live records of every segment with a
 /// smaller id (their LSNs increase but skip), and supersedes those segments.

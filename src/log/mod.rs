@@ -44,14 +44,14 @@ use parking_lot::RwLock;
 pub use compact::{COMPACTION_DEAD_BYTES_MIN, CompactionHooks, LogCompaction, Moved};
 pub use format::{
     FLAG_BATCH_END, FLAG_BATCH_START, FLAG_DURABLE_BEFORE, FORMAT_VERSION, FORMAT_VERSION_V1,
-    KIND_CLOSE, KIND_SEAL, KIND_UNWRITTEN, KIND_USER_MAX, LOCK_FILE_NAME, PREALLOCATE_BYTES,
-    RECORD_BYTES_MAX, RECORD_HEADER_BYTES, RECORD_PAYLOAD_BYTES_MAX, SEGMENT_FLAG_COMPACTED,
-    SEGMENT_FLAG_RECYCLED, SEGMENT_HEADER_BYTES, free_file_name, mask_crc, parse_free_file_name,
-    parse_segment_file_name, segment_file_name,
+    FORMAT_VERSION_V2, KIND_CLOSE, KIND_SEAL, KIND_UNWRITTEN, KIND_USER_MAX, LOCK_FILE_NAME,
+    PREALLOCATE_BYTES, RECORD_BYTES_MAX, RECORD_HEADER_BYTES, RECORD_PAYLOAD_BYTES_MAX,
+    SEGMENT_FLAG_COMPACTED, SEGMENT_FLAG_RECYCLED, SEGMENT_HEADER_BYTES, SEGMENT_HEADER_BYTES_V2,
+    free_file_name, mask_crc, parse_free_file_name, parse_segment_file_name, segment_file_name,
 };
 pub use recovery::{LogRecovery, SkippedRange};
 pub use recycle::RECYCLE_FILES_MAX;
-pub use segment::{SegmentHeader, segment_path};
+pub use segment::{Chain, SegmentHeader, segment_path};
 
 use self::format::{SEGMENT_BYTES_DEFAULT, SEGMENT_BYTES_MAX};
 use self::lock::DirLock;

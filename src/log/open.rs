@@ -14,8 +14,8 @@ use super::lock::DirLock;
 use super::record::{self, Internal, Salt};
 use super::recovery::{self, LogRecovery, Scan, SegmentState};
 use super::recycle;
-use super::segment::{SegmentHeader, create_segment, sync_dir};
-use super::writer::{SaltSource, Writer, WriterStart};
+use super::segment::{Chain, SegmentHeader, create_segment, sync_dir};
+use super::writer::{SaltSource, Writer, WriterStart, random_store_id};
 use super::{Inner, Log, LogOptions, RecordRef, SyncMode};
 use crate::background::Periodic;
 use crate::error::{Error, NotAStoreReason, Result};
@@ -244,13 +244,22 @@ fn writer_start(
         sync_dir(fs, dir)?;
     }
     let prealloc = PREALLOCATE_BYTES.min(segment_bytes) - SEGMENT_HEADER_BYTES as u64;
+    // A store with no v3 segment yet (a new one, or one written by earlier code) gets
+    // its id here; its first v3 segment makes it durable.
+    let store_id = scan.store_id.unwrap_or_else(random_store_id);
     let fresh = |id: u64| -> Result<WriterStart> {
-        let salt = salts.next();
+        let raw_salt = salts.next();
+        let salt = Salt::Salted(raw_salt);
         let header = SegmentHeader {
             id,
             first_lsn: scan.next_lsn,
             flags: 0,
             salt,
+            chain: Some(Chain {
+                store_id,
+                prev_link: 0,
+                next_link: raw_salt,
+            }),
         };
         let file = create_segment(fs, dir, header, prealloc)?;
         Ok(WriterStart {
@@ -265,6 +274,8 @@ fn writer_start(
             segment_bytes,
             salt,
             recycled: false,
+            hand_on: Some(raw_salt),
+            store_id,
             salts: salts.clone(),
         })
     };
@@ -292,10 +303,19 @@ fn writer_start(
                 segment_bytes,
                 salt: last.salt,
                 recycled: last.recycled,
+                hand_on: last.hand_on,
+                store_id,
                 salts,
             })
         }
-        Some(last) => reopen_tail(storage, dir, last, scan.next_lsn, segment_bytes, salts),
+        Some(last) => reopen_tail(
+            storage,
+            dir,
+            last,
+            scan.next_lsn,
+            segment_bytes,
+            (store_id, salts),
+        ),
     }
 }
 
@@ -335,7 +355,7 @@ fn reopen_tail(
     last: &SegmentState,
     next_lsn: u64,
     segment_bytes: u64,
-    salts: Arc<SaltSource>,
+    (store_id, salts): (u128, Arc<SaltSource>),
 ) -> Result<WriterStart> {
     let file = storage
         .open(&last.path, true)
@@ -376,6 +396,8 @@ fn reopen_tail(
         segment_bytes,
         salt: last.salt,
         recycled: last.recycled,
+        hand_on: last.hand_on,
+        store_id,
         salts,
     })
 }

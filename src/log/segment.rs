@@ -7,6 +7,21 @@ use super::record::Salt;
 use crate::error::{CorruptionReason, Error, Result};
 use crate::storage::{Storage, StorageFile};
 
+/// What ties a format-v3 segment to its store and to its neighbours in the log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Chain {
+    /// The store's id: random, drawn when the store's first v3 segment was made, and the
+    /// same in every v3 segment of the store.
+    pub store_id: u128,
+    /// What the previous segment handed on ([`SegmentHeader::hand_on`]) when this one
+    /// was made; 0 if there was none to hand on (a new store, or a v1 predecessor).
+    pub prev_link: u32,
+    /// What the next segment must carry as its `prev_link`: this segment's own salt,
+    /// except in a compacted segment, which hands on what the segment it replaced did,
+    /// so that the successor made before the compaction still links to it.
+    pub next_link: u32,
+}
+
 /// The decoded header of a segment file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SegmentHeader {
@@ -18,8 +33,11 @@ pub struct SegmentHeader {
     /// Segment flags (`SEGMENT_FLAG_*`).
     pub flags: u32,
     /// What its records' checksums mix in: [`Salt::Unsalted`] for a format-v1 segment,
-    /// the segment's own salt for v2. The format version follows from it.
+    /// the segment's own salt for v2 and v3.
     pub salt: Salt,
+    /// Format v3: the store id and the links. `None` in a v1 or v2 header. The format
+    /// version follows from it and the salt.
+    pub chain: Option<Chain>,
 }
 
 impl SegmentHeader {
@@ -35,27 +53,56 @@ impl SegmentHeader {
 
     /// The format version this header is written in.
     pub fn version(&self) -> u32 {
-        match self.salt {
-            Salt::Unsalted => FORMAT_VERSION_V1,
-            Salt::Salted(_) => FORMAT_VERSION,
+        match (self.salt, self.chain) {
+            (Salt::Unsalted, _) => FORMAT_VERSION_V1,
+            (Salt::Salted(_), None) => FORMAT_VERSION_V2,
+            (Salt::Salted(_), Some(_)) => FORMAT_VERSION,
+        }
+    }
+
+    /// Offset of the first record: the header's length in its version.
+    pub fn data_start(&self) -> u64 {
+        match self.chain {
+            Some(_) => SEGMENT_HEADER_BYTES as u64,
+            None => SEGMENT_HEADER_BYTES_V2 as u64,
+        }
+    }
+
+    /// What the next segment's header must carry as its `prev_link`: the v3 next link,
+    /// or a v2 segment's salt. `None` for a v1 segment, which has nothing to hand on.
+    pub fn hand_on(&self) -> Option<u32> {
+        match (self.salt, self.chain) {
+            (_, Some(chain)) => Some(chain.next_link),
+            (Salt::Salted(salt), None) => Some(salt),
+            (Salt::Unsalted, None) => None,
         }
     }
 }
 
 impl SegmentHeader {
-    /// Encodes the header, checksum included: format v2 for a salted header, v1 (for
-    /// tests of old stores) for an unsalted one.
-    pub fn encode(&self) -> [u8; SEGMENT_HEADER_BYTES] {
-        let mut b = [0u8; SEGMENT_HEADER_BYTES];
+    /// Encodes the header, checksum included: format v3 for a header with a chain, v2
+    /// for a salted one without (for tests of old stores), v1 for an unsalted one.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut b = vec![0u8; self.data_start() as usize];
         b[SEG_MAGIC_OFFSET..][..8].copy_from_slice(&SEGMENT_MAGIC);
         b[SEG_VERSION_OFFSET..][..4].copy_from_slice(&self.version().to_le_bytes());
         b[SEG_FLAGS_OFFSET..][..4].copy_from_slice(&self.flags.to_le_bytes());
         b[SEG_ID_OFFSET..][..8].copy_from_slice(&self.id.to_le_bytes());
         b[SEG_FIRST_LSN_OFFSET..][..8].copy_from_slice(&self.first_lsn.to_le_bytes());
-        let crc_at = match self.salt {
-            Salt::Unsalted => SEG_V1_CRC_OFFSET,
-            Salt::Salted(salt) => {
+        let crc_at = match (self.salt, self.chain) {
+            (Salt::Unsalted, chain) => {
+                assert!(chain.is_none(), "a v3 header has a salt");
+                SEG_V1_CRC_OFFSET
+            }
+            (Salt::Salted(salt), None) => {
                 b[SEG_SALT_OFFSET..][..4].copy_from_slice(&salt.to_le_bytes());
+                SEG_V2_CRC_OFFSET
+            }
+            (Salt::Salted(salt), Some(chain)) => {
+                b[SEG_SALT_OFFSET..][..4].copy_from_slice(&salt.to_le_bytes());
+                b[SEG_PREV_LINK_OFFSET..][..4].copy_from_slice(&chain.prev_link.to_le_bytes());
+                b[SEG_NEXT_LINK_OFFSET..][..4].copy_from_slice(&chain.next_link.to_le_bytes());
+                b[SEG_STORE_ID_OFFSET..][..16].copy_from_slice(&chain.store_id.to_le_bytes());
                 SEG_CRC_OFFSET
             }
         };
@@ -71,25 +118,31 @@ impl SegmentHeader {
             offset: 0,
             reason: CorruptionReason::BadHeader(why.to_string()),
         };
-        let Some(b) = buf.get(..SEGMENT_HEADER_BYTES) else {
-            return Err(bad(&match buf.len() {
-                0 => "file is empty".to_string(),
-                n => format!("file of {n} bytes is shorter than a segment header"),
-            }));
+        let short = |n: usize| match n {
+            0 => bad("file is empty"),
+            n => bad(&format!(
+                "file of {n} bytes is shorter than a segment header"
+            )),
         };
-        if b[SEG_MAGIC_OFFSET..][..8] != SEGMENT_MAGIC {
+        // The shortest header of any version (v1, v2) first; a v3 one is checked for its
+        // own length once the version is known.
+        if buf.len() < SEGMENT_HEADER_BYTES_V2 {
+            return Err(short(buf.len()));
+        }
+        if buf[SEG_MAGIC_OFFSET..][..8] != SEGMENT_MAGIC {
             return Err(bad("bad magic: not an agentwal segment"));
         }
-        let le32 = |o: usize| u32::from_le_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]]);
+        let le32 = |o: usize| u32::from_le_bytes([buf[o], buf[o + 1], buf[o + 2], buf[o + 3]]);
         let le64 = |o: usize| {
             let mut a = [0u8; 8];
-            a.copy_from_slice(&b[o..o + 8]);
+            a.copy_from_slice(&buf[o..o + 8]);
             u64::from_le_bytes(a)
         };
         let version = le32(SEG_VERSION_OFFSET);
         // A newer writer may lay out the rest differently, so judge the version first.
         let crc_at = match version {
             FORMAT_VERSION_V1 => SEG_V1_CRC_OFFSET,
+            FORMAT_VERSION_V2 => SEG_V2_CRC_OFFSET,
             FORMAT_VERSION => SEG_CRC_OFFSET,
             _ => {
                 return Err(Error::UnsupportedFormat {
@@ -99,8 +152,11 @@ impl SegmentHeader {
                 });
             }
         };
+        if buf.len() < crc_at + 4 {
+            return Err(short(buf.len()));
+        }
         let stored = le32(crc_at);
-        let computed = mask_crc(crc32fast::hash(&b[..crc_at]));
+        let computed = mask_crc(crc32fast::hash(&buf[..crc_at]));
         if stored != computed {
             return Err(Error::Corruption {
                 segment: path.to_path_buf(),
@@ -109,13 +165,31 @@ impl SegmentHeader {
             });
         }
         let flags = le32(SEG_FLAGS_OFFSET);
-        let (salt, known) = match version {
+        let (salt, chain, known) = match version {
             // v1 knew only the compacted flag, and kept its last 4 bytes zero.
             FORMAT_VERSION_V1 if le32(SEG_V1_PAD_OFFSET) != 0 => {
                 return Err(bad("non-zero reserved bytes"));
             }
-            FORMAT_VERSION_V1 => (Salt::Unsalted, SEGMENT_FLAG_COMPACTED),
-            _ => (Salt::Salted(le32(SEG_SALT_OFFSET)), SEGMENT_FLAGS_KNOWN),
+            FORMAT_VERSION_V1 => (Salt::Unsalted, None, SEGMENT_FLAG_COMPACTED),
+            FORMAT_VERSION_V2 => (
+                Salt::Salted(le32(SEG_SALT_OFFSET)),
+                None,
+                SEGMENT_FLAGS_KNOWN,
+            ),
+            _ => {
+                let mut id = [0u8; 16];
+                id.copy_from_slice(&buf[SEG_STORE_ID_OFFSET..][..16]);
+                let chain = Chain {
+                    store_id: u128::from_le_bytes(id),
+                    prev_link: le32(SEG_PREV_LINK_OFFSET),
+                    next_link: le32(SEG_NEXT_LINK_OFFSET),
+                };
+                (
+                    Salt::Salted(le32(SEG_SALT_OFFSET)),
+                    Some(chain),
+                    SEGMENT_FLAGS_KNOWN,
+                )
+            }
         };
         if flags & !known != 0 {
             return Err(bad("unknown flags"));
@@ -125,6 +199,7 @@ impl SegmentHeader {
             first_lsn: le64(SEG_FIRST_LSN_OFFSET),
             flags,
             salt,
+            chain,
         })
     }
 }
@@ -263,4 +338,78 @@ fn ctx(dir: &Path, id: u64, what: &str) -> String {
 /// (fdatasync then need not write metadata).
 pub fn preallocate(file: &dyn StorageFile, offset: u64, len: u64) -> std::io::Result<()> {
     file.allocate(offset, len)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn header(salt: Salt, chain: Option<Chain>) -> SegmentHeader {
+        SegmentHeader {
+            id: 7,
+            first_lsn: 99,
+            flags: SEGMENT_FLAG_RECYCLED * u32::from(salt != Salt::Unsalted),
+            salt,
+            chain,
+        }
+    }
+
+    const CHAIN: Chain = Chain {
+        store_id: 0x0123_4567_89ab_cdef_fedc_ba98_7654_3210,
+        prev_link: 41,
+        next_link: 42,
+    };
+
+    #[test]
+    fn each_version_round_trips_at_its_own_length() {
+        let path = Path::new("x.wal");
+        for (h, version, bytes) in [
+            (header(Salt::Unsalted, None), FORMAT_VERSION_V1, 40),
+            (header(Salt::Salted(5), None), FORMAT_VERSION_V2, 40),
+            (header(Salt::Salted(42), Some(CHAIN)), FORMAT_VERSION, 64),
+        ] {
+            let encoded = h.encode();
+            assert_eq!((h.version(), encoded.len()), (version, bytes));
+            assert_eq!(h.data_start(), bytes as u64);
+            assert_eq!(SegmentHeader::decode(&encoded, path).unwrap(), h);
+        }
+        assert_eq!(header(Salt::Unsalted, None).hand_on(), None);
+        assert_eq!(header(Salt::Salted(5), None).hand_on(), Some(5));
+        assert_eq!(header(Salt::Salted(9), Some(CHAIN)).hand_on(), Some(42));
+    }
+
+    #[test]
+    fn a_v3_header_cut_short_or_with_a_changed_field_is_refused() {
+        let path = Path::new("x.wal");
+        let encoded = header(Salt::Salted(42), Some(CHAIN)).encode();
+        for len in SEGMENT_HEADER_BYTES_V2..SEGMENT_HEADER_BYTES {
+            let e = SegmentHeader::decode(&encoded[..len], path).unwrap_err();
+            assert!(
+                matches!(
+                    e,
+                    Error::Corruption {
+                        reason: CorruptionReason::BadHeader(_),
+                        ..
+                    }
+                ),
+                "{len}: {e}"
+            );
+        }
+        // Every byte of the links and the store id is covered by the checksum.
+        for at in SEG_PREV_LINK_OFFSET..SEG_CRC_OFFSET {
+            let mut b = encoded.clone();
+            b[at] ^= 1;
+            let e = SegmentHeader::decode(&b, path).unwrap_err();
+            assert!(
+                matches!(
+                    e,
+                    Error::Corruption {
+                        reason: CorruptionReason::ChecksumMismatch { .. },
+                        ..
+                    }
+                ),
+                "{at}: {e}"
+            );
+        }
+    }
 }

@@ -45,7 +45,8 @@ pub fn read_header(path: &Path) -> SegmentHeader {
 /// (offset, header, payload).
 pub fn walk_salted(path: &Path, salt: Salt) -> Vec<(usize, RecordHeader, Vec<u8>)> {
     let buf = std::fs::read(path).expect("read segment");
-    let mut at = SEGMENT_HEADER_BYTES;
+    let mut at =
+        SegmentHeader::decode(&buf, path).map_or(SEGMENT_HEADER_BYTES, |h| h.data_start() as usize);
     let mut out = Vec::new();
     while let Ok((h, p)) = record::decode(&buf[at..], salt) {
         out.push((at, h, p.to_vec()));

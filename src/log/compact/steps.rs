@@ -22,7 +22,9 @@ use crate::error::{CorruptionReason, Error, Result};
 use crate::log::format::*;
 use crate::log::record::{self, Internal, RecordHeader, Salt};
 use crate::log::recycle;
-use crate::log::segment::{SegmentHeader, list_segments, read_header, segment_path, sync_dir};
+use crate::log::segment::{
+    Chain, SegmentHeader, list_segments, read_header, segment_path, sync_dir,
+};
 use crate::log::{Log, RecordPos};
 
 use super::{CompactionHooks, Moved};
@@ -127,8 +129,15 @@ impl Log {
             "live positions must be sorted"
         );
         let next_first_lsn = self.first_lsn_after(through_id)?;
-        // A new file, in format v2 whatever the segments it replaces were written in.
-        let salt = self.writer()?.salts.next();
+        // It hands on what the segment it replaces did, which `through_id + 1` (made
+        // already, or made later by the writer from its own record of it) links to.
+        let hand_on = read_header(self.storage(), &segment_path(self.dir(), through_id))??
+            .hand_on()
+            .unwrap_or(0);
+        // A new file, in the current format whatever the segments it replaces were
+        // written in.
+        let raw_salt = self.writer()?.salts.next();
+        let salt = Salt::Salted(raw_salt);
         let CompactedBody {
             mut body,
             moved,
@@ -164,6 +173,12 @@ impl Log {
             first_lsn: first_lsn.unwrap_or(next_first_lsn),
             flags: SEGMENT_FLAG_COMPACTED,
             salt,
+            // No predecessor: it supersedes every lower id.
+            chain: Some(Chain {
+                store_id: self.writer()?.store_id,
+                prev_link: 0,
+                next_link: hand_on,
+            }),
         };
         let tmp = self.dir().join(compact_temp_file_name(through_id));
         if let Err(e) = self.write_compacted(&tmp, &header, &body) {

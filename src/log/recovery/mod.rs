@@ -13,6 +13,7 @@ use self::cursor::{Cursor, CursorEnd};
 pub(crate) use self::source::SegmentPin;
 use self::source::Source;
 use self::verdict::Verdict;
+use super::format::FORMAT_VERSION;
 use super::record::Salt;
 use super::segment::{SegmentHeader, list_segments, read_header};
 use super::{RecordRef, RecoveryMode};
@@ -72,6 +73,8 @@ pub(crate) struct SegmentState {
     pub seal_at_open: bool,
     /// The last complete batch is a close record: its writer closed cleanly there.
     pub closed: bool,
+    /// What its successor's header must carry as its `prev_link` (`None` for v1).
+    pub hand_on: Option<u32>,
 }
 
 /// Everything `open` learns from the scan.
@@ -82,6 +85,8 @@ pub(crate) struct Scan {
     /// Segments superseded by a compacted segment (left over by a crash); skipped.
     pub superseded: Vec<PathBuf>,
     pub next_lsn: u64,
+    /// The store id of the v3 segments scanned (all carry the same), if any.
+    pub store_id: Option<u128>,
     pub report: LogRecovery,
 }
 
@@ -112,9 +117,13 @@ pub(crate) fn scan(
         segments: Vec::with_capacity(files.len()),
         pins: Vec::new(),
         next_lsn: 1,
+        store_id: None,
         report: LogRecovery::default(),
     };
-    let mut expected: Option<(u64, u64)> = None; // (segment id, first lsn) the chain demands
+    let mut expected: Option<Expected> = None;
+    // The store the segments scanned so far belong to: its id, and the segment that
+    // carried it first (none before the first v3 segment).
+    let mut store: Option<(u128, u64)> = None;
     let mut read_buf = Vec::new();
     for (index, (id, path)) in files.iter().enumerate() {
         let is_last = index + 1 == files.len();
@@ -137,6 +146,7 @@ pub(crate) fn scan(
             });
         }
         check_chain(path, *id, &header, expected, mode)?;
+        check_store(path, &header, &mut store)?;
         let SegmentScan { state, next_lsn } =
             scan_segment(buf, path, &header, is_last, mode, visit, &mut out.report)?;
         // Never hand the writer an LSN an earlier segment already used: salvage does not
@@ -146,7 +156,11 @@ pub(crate) fn scan(
             0 => next_lsn,
             _ => out.next_lsn.max(next_lsn),
         };
-        expected = state.sealed.then_some((state.id + 1, next_lsn));
+        expected = state.sealed.then_some(Expected {
+            id: state.id + 1,
+            first_lsn: next_lsn,
+            link: state.hand_on,
+        });
         if !locked {
             // Exactly the bytes just scanned: reads through this handle find the records
             // it indexed, never what a later compaction put under the same name.
@@ -156,7 +170,17 @@ pub(crate) fn scan(
         out.report.segments += 1;
         out.segments.push(state);
     }
+    out.store_id = store.map(|(store_id, _)| store_id);
     Ok(out)
+}
+
+/// What a sealed segment demands of the next one.
+#[derive(Clone, Copy)]
+struct Expected {
+    id: u64,
+    first_lsn: u64,
+    /// What its `prev_link` must be (`None`: a v1 segment, which hands on nothing).
+    link: Option<u32>,
 }
 
 /// The index of the newest segment written by compaction (it supersedes all before it;
@@ -211,28 +235,82 @@ fn check_chain(
     path: &Path,
     file_id: u64,
     header: &SegmentHeader,
-    expected: Option<(u64, u64)>,
+    expected: Option<Expected>,
     mode: RecoveryMode,
 ) -> Result<()> {
-    let broken = |why: String| Error::Corruption {
-        segment: path.to_path_buf(),
-        offset: 0,
-        reason: CorruptionReason::BrokenChain(why),
-    };
     if header.id != file_id {
-        return Err(broken(format!("header names segment {}", header.id)));
+        return Err(broken(path, format!("header names segment {}", header.id)));
     }
     if mode == RecoveryMode::Salvage {
         return Ok(());
     }
-    match expected {
-        Some((id, _)) if id != file_id => Err(broken(format!("segment {id} is missing"))),
-        Some((_, lsn)) if lsn != header.first_lsn => Err(broken(format!(
-            "first LSN {} but the previous segment ends before {lsn}",
-            header.first_lsn
-        ))),
+    let Some(expected) = expected else {
+        return Ok(());
+    };
+    if expected.id != file_id {
+        return Err(broken(path, format!("segment {} is missing", expected.id)));
+    }
+    if expected.first_lsn != header.first_lsn {
+        return Err(broken(
+            path,
+            format!(
+                "first LSN {} but the previous segment ends before {}",
+                header.first_lsn, expected.first_lsn
+            ),
+        ));
+    }
+    match (header.chain, expected.link) {
+        // The header was written, and fsynced, when the segment was made after its
+        // predecessor, naming what the predecessor hands on: no crash changes either.
+        (Some(chain), Some(link)) if chain.prev_link != link => Err(broken(
+            path,
+            format!(
+                "segment {file_id} does not follow segment {}: it links to {:#010x}, \
+                 segment {} hands on {link:#010x} (a segment of another store, or of \
+                 another copy of this one)",
+                file_id - 1,
+                chain.prev_link,
+                file_id - 1
+            ),
+        )),
         _ => Ok(()),
     }
+}
+
+/// Every v3 segment of a log carries its store's id, and a segment older than v3 never
+/// follows a v3 one (a v3 writer makes only v3 segments). Checked in every mode, salvage
+/// too: a file of another store is not damage to read past, and nothing in it may be
+/// served. `store` is the id seen first, and the segment it came from.
+fn check_store(path: &Path, header: &SegmentHeader, store: &mut Option<(u128, u64)>) -> Result<()> {
+    match (header.chain, *store) {
+        (Some(chain), None) => {
+            *store = Some((chain.store_id, header.id));
+            Ok(())
+        }
+        (Some(chain), Some((store_id, _))) if chain.store_id == store_id => Ok(()),
+        (Some(chain), Some((store_id, from))) => Err(broken(
+            path,
+            format!(
+                "segment {} belongs to another store: its store id is {:032x}, segment \
+                 {from}'s is {store_id:032x}",
+                header.id, chain.store_id
+            ),
+        )),
+        (None, Some((_, from))) => Err(broken(
+            path,
+            format!(
+                "segment {} is format v{} but follows segment {from}, which is v{FORMAT_VERSION}: \
+                 it belongs to another store",
+                header.id,
+                header.version()
+            ),
+        )),
+        (None, None) => Ok(()),
+    }
+}
+
+fn broken(path: &Path, why: String) -> Error {
+    corrupt(path, 0, CorruptionReason::BrokenChain(why))
 }
 
 /// What the scan of one segment found, and the LSN after its last record.
@@ -265,6 +343,7 @@ fn scan_segment(
         recycled: header.is_recycled(),
         seal_at_open: false,
         closed: false,
+        hand_on: header.hand_on(),
     };
     loop {
         let stop = match cursor.run(visit, report)? {

@@ -118,6 +118,8 @@ struct Io {
     /// Whether the current segment is a recycled file (a clean close then appends a close
     /// record, so the next writer may append after it).
     recycled: bool,
+    /// What the current segment hands on to the next one's `prev_link` (`None`: v1).
+    hand_on: Option<u32>,
     /// Hands out the salts of new segments.
     salts: Arc<SaltSource>,
     /// For seal records.
@@ -158,6 +160,10 @@ pub(crate) struct WriterStart {
     pub salt: Salt,
     /// Whether segment `segment_id` is a recycled file.
     pub recycled: bool,
+    /// What segment `segment_id` hands on to its successor's `prev_link` (`None`: v1).
+    pub hand_on: Option<u32>,
+    /// The store id every new segment carries.
+    pub store_id: u128,
     /// Where the salts of new segments come from.
     pub salts: Arc<SaltSource>,
 }
@@ -179,10 +185,18 @@ impl SaltSource {
         }))
     }
 
-    /// The salt for the next segment file.
-    pub fn next(&self) -> Salt {
-        Salt::Salted(self.0.fetch_add(1, Ordering::Relaxed))
+    /// The salt for the next segment file (its records carry `Salt::Salted` of it).
+    pub fn next(&self) -> u32 {
+        self.0.fetch_add(1, Ordering::Relaxed)
     }
+}
+
+/// A new store id: 128 random bits, two draws of std's randomly keyed hasher.
+pub(crate) fn random_store_id() -> u128 {
+    (u128::from(random_u32()) << 96)
+        | (u128::from(random_u32()) << 64)
+        | (u128::from(random_u32()) << 32)
+        | u128::from(random_u32())
 }
 
 /// 32 random bits from the OS, through std's randomly keyed hasher (no dependency).
@@ -218,6 +232,8 @@ pub(crate) struct Writer {
     segment_bytes: u64,
     /// Shared with compaction, which salts the segments it writes from the same source.
     pub salts: Arc<SaltSource>,
+    /// The store id of every segment this writer and compaction make.
+    pub store_id: u128,
     pub counters: Counters,
     /// Id of the segment being written (segments below it are sealed).
     pub active_segment: AtomicU64,
@@ -228,7 +244,8 @@ impl Writer {
         // Recovery's `data_end <= file_bytes` (asserted where it is computed), again where
         // the writer takes it on: `write_pos` never passes the file's end.
         assert!(
-            SEGMENT_HEADER_BYTES as u64 <= start.write_pos && start.write_pos <= start.file_bytes,
+            SEGMENT_HEADER_BYTES_V2 as u64 <= start.write_pos
+                && start.write_pos <= start.file_bytes,
             "writer starts inside its segment"
         );
         let sealed = start.file.is_none();
@@ -277,6 +294,7 @@ impl Writer {
                     .max(start.write_pos + SEAL_RECORD_BYTES as u64),
                 salt: start.salt,
                 recycled: start.recycled,
+                hand_on: start.hand_on,
                 salts: start.salts.clone(),
                 buf: Vec::new(),
                 fill_buf: Vec::new(),
@@ -284,6 +302,7 @@ impl Writer {
             sync,
             segment_bytes: start.segment_bytes,
             salts: start.salts,
+            store_id: start.store_id,
             counters: Counters::default(),
             // Everything up to a sealed segment is sealed: compaction may take it.
             active_segment: AtomicU64::new(start.segment_id + u64::from(sealed)),

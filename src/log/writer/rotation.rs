@@ -7,9 +7,9 @@ use std::sync::atomic::Ordering;
 use super::{Io, Writer};
 use crate::error::Result;
 use crate::log::format::*;
-use crate::log::record::{self, Internal};
+use crate::log::record::{self, Internal, Salt};
 use crate::log::recycle;
-use crate::log::segment::{SegmentHeader, create_segment, recycle_segment};
+use crate::log::segment::{Chain, SegmentHeader, create_segment, recycle_segment};
 use crate::storage::StorageFile;
 
 impl Io {
@@ -36,12 +36,19 @@ impl Io {
         // A record too large for a segment of `segment_bytes` gets one of its own (docs/format.md §5).
         let needed = (SEGMENT_HEADER_BYTES + first_record_bytes + SEAL_RECORD_BYTES) as u64;
         self.segment_end = self.segment_bytes.max(needed);
-        let salt = self.salts.next();
+        let raw_salt = self.salts.next();
+        let salt = Salt::Salted(raw_salt);
         let mut header = SegmentHeader {
             id: next_id,
             first_lsn: next_lsn,
             flags: 0,
             salt,
+            // Ties the new segment to its store and to the one just sealed (§2.2).
+            chain: Some(Chain {
+                store_id: w.store_id,
+                prev_link: self.hand_on.unwrap_or(0),
+                next_link: raw_salt,
+            }),
         };
         let free = recycle::take(&*self.storage, &self.dir, needed, self.segment_end)?;
         let file: Box<dyn StorageFile> = match free {
@@ -69,6 +76,7 @@ impl Io {
         self.file = Some(file);
         self.segment_id = next_id;
         self.salt = salt;
+        self.hand_on = Some(raw_salt);
         self.write_pos = SEGMENT_HEADER_BYTES as u64;
         self.synced_pos = self.write_pos;
         self.zeroed_end = self.zeroed_end.clamp(self.write_pos, self.allocated_end);

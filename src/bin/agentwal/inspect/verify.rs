@@ -48,8 +48,13 @@ impl SegmentSummary {
 /// The format version and flags in the header of the segment file at `path`.
 fn header_format(path: &Path) -> Option<(u32, bool, bool)> {
     use std::io::Read;
-    let mut head = [0u8; agentwal::log::SEGMENT_HEADER_BYTES];
-    std::fs::File::open(path).ok()?.read_exact(&mut head).ok()?;
+    // (Up to the longest header: a v1 or v2 one is shorter, and so may its file be.)
+    let mut head = Vec::with_capacity(agentwal::log::SEGMENT_HEADER_BYTES);
+    std::fs::File::open(path)
+        .ok()?
+        .take(agentwal::log::SEGMENT_HEADER_BYTES as u64)
+        .read_to_end(&mut head)
+        .ok()?;
     let h = agentwal::log::SegmentHeader::decode(&head, path).ok()?;
     Some((h.version(), h.is_compacted(), h.is_recycled()))
 }
