@@ -21,6 +21,9 @@ pub(crate) struct BackendStats {
     pub bytes_written: u64,
     pub zero_bytes_written: u64,
     pub fill_bytes_written: u64,
+    pub compaction_bytes_written: u64,
+    pub segments_created: u64,
+    pub segments_recycled: u64,
     /// Files (segments) holding records; retired files waiting for reuse; the bytes of
     /// both on disk.
     pub files: u64,
@@ -119,6 +122,9 @@ impl Backend for Log {
             bytes_written: s.bytes_written,
             zero_bytes_written: s.zero_bytes_written,
             fill_bytes_written: s.fill_bytes_written,
+            compaction_bytes_written: s.compaction_bytes_written,
+            segments_created: s.rotations,
+            segments_recycled: s.segments_recycled,
             files: sizes.len() as u64,
             free_files: free.len() as u64,
             disk_bytes: sizes.iter().chain(&free).map(|(_, b)| b).sum(),
