@@ -320,7 +320,8 @@ fn failed_directory_fsync_in_compaction_leaves_reads_working() {
     scenario(&dry).1.unwrap();
     let ops = dry.take_recording();
     let install = ops.iter().position(|op| {
-        matches!(op, SimOp::Rename(from, _) if from.to_string_lossy().ends_with(".compact.tmp"))
+        matches!(op, SimOp::Rename(from, _) | SimOp::Exchange(from, _)
+            if from.to_string_lossy().ends_with(".compact.tmp"))
     });
     let n = install.expect("compaction installed a segment") + 1;
     assert!(matches!(ops[n], SimOp::SyncDir(_)));
@@ -374,7 +375,8 @@ fn io_error_reading_a_segment_header_is_not_reported_as_corruption() {
     drop(store);
     let ops = sim.take_recording();
     let install = ops.iter().position(|op| {
-        matches!(op, SimOp::Rename(from, _) if from.to_string_lossy().ends_with(".compact.tmp"))
+        matches!(op, SimOp::Rename(from, _) | SimOp::Exchange(from, _)
+            if from.to_string_lossy().ends_with(".compact.tmp"))
     });
     // The disk after the install's directory fsync, before the deletions.
     let crashed = SimStorage::new();

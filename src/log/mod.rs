@@ -201,6 +201,9 @@ pub struct LogStats {
     pub rotations: u64,
     /// Of those, segments made from a retired file rather than a new one (docs/format.md §6).
     pub segments_recycled: u64,
+    /// Bytes of compacted segments that compaction passes wrote (§2.9), on top of
+    /// `bytes_written`: the write amplification compaction adds.
+    pub compaction_bytes_written: u64,
 }
 
 /// A handle to a log directory. Cheap to clone; all clones share one writer.
@@ -364,6 +367,7 @@ impl Log {
             fill_bytes_written: c.fill_bytes_written.load(Ordering::Relaxed),
             rotations: c.rotations.load(Ordering::Relaxed),
             segments_recycled: c.recycled.load(Ordering::Relaxed),
+            compaction_bytes_written: c.compacted_bytes.load(Ordering::Relaxed),
         }
     }
 

@@ -76,6 +76,13 @@ pub trait Storage: Send + Sync + Debug {
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()>;
     /// Deletes a file.
     fn remove(&self, path: &Path) -> io::Result<()>;
+    /// Swaps the files `a` and `b` (both must exist) in one atomic step: a crash leaves
+    /// both names as they were or both swapped. `Unsupported` (the default) where the
+    /// file system cannot; callers then fall back to [`rename`](Self::rename).
+    fn exchange(&self, a: &Path, b: &Path) -> io::Result<()> {
+        let _ = (a, b);
+        Err(io::ErrorKind::Unsupported.into())
+    }
     /// Makes the directory's entries (created, renamed, removed files) durable.
     fn sync_dir(&self, dir: &Path) -> io::Result<()>;
     /// Takes an exclusive lock on `path` (created if missing); `Ok(None)` if another
@@ -155,6 +162,9 @@ impl Storage for RealStorage {
     fn remove(&self, path: &Path) -> io::Result<()> {
         std::fs::remove_file(path)
     }
+    fn exchange(&self, a: &Path, b: &Path) -> io::Result<()> {
+        rename_exchange(a, b)
+    }
     fn sync_dir(&self, dir: &Path) -> io::Result<()> {
         File::open(dir)?.sync_all()
     }
@@ -218,6 +228,36 @@ const FIEMAP_EXTENT_NOT_WRITTEN: u32 = 0x2 | 0x4 | 0x800;
 /// extent map (FIEMAP). Not from `SEEK_HOLE`: ext4 and XFS report an unwritten extent as
 /// data once reads have put its zeros in the page cache, as recovery's scan does. `None`
 /// if the file system cannot tell.
+/// `renameat2(RENAME_EXCHANGE)`; `Unsupported` where the kernel or the file system lacks it.
+fn rename_exchange(a: &Path, b: &Path) -> io::Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = |p: &Path| {
+        std::ffi::CString::new(p.as_os_str().as_bytes())
+            .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))
+    };
+    let (a, b) = (c(a)?, c(b)?);
+    // SAFETY: two NUL-terminated paths that outlive the call; no other memory is passed.
+    let rc = unsafe {
+        libc::renameat2(
+            libc::AT_FDCWD,
+            a.as_ptr(),
+            libc::AT_FDCWD,
+            b.as_ptr(),
+            libc::RENAME_EXCHANGE,
+        )
+    };
+    if rc == 0 {
+        return Ok(());
+    }
+    let e = io::Error::last_os_error();
+    match e.raw_os_error() {
+        Some(libc::EINVAL | libc::ENOSYS | libc::EOPNOTSUPP) => {
+            Err(io::ErrorKind::Unsupported.into())
+        }
+        _ => Err(e),
+    }
+}
+
 fn fiemap_written_end(file: &File, from: u64) -> Option<u64> {
     use std::os::fd::AsRawFd;
     let mut end = from;

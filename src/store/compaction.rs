@@ -23,6 +23,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use super::index::{CallEntry, Index};
+use super::low_priority::LowPriority;
 use super::{CompactionReport, Inner, Store, codec, compress, now_ms};
 use crate::background::Periodic;
 use crate::error::Result;
@@ -31,21 +32,12 @@ use crate::state::State;
 
 /// How often the background thread looks at the log.
 const COMPACTION_CHECK_INTERVAL: Duration = Duration::from_millis(100);
-/// The background compactor's nice value (the lowest priority short of `SCHED_IDLE`). A
-/// pass spends CPU (reading, checksumming, compressing) that committers need when they are
-/// bound by CPU; at this priority it takes mostly what they leave, yet still gets a share
-/// under full load (the scheduler weighs nice 19 at 15 against nice 0's 1,024), so a pass
-/// never stops. Measured at 64 tasks on 2 cores, compacting throughout a run: 0.85–0.92×
-/// the commits/s of a store that did not compact, against 0.65–0.83× at nice 0
-/// (bench-results/format-v2.md).
-const COMPACTOR_NICE: i32 = 19;
-
 impl<S: State> Store<S> {
     /// Runs a compaction pass now: applies retention and rewrites every sealed segment's
     /// live records into one compacted segment, deleting the rest.
     pub fn compact(&self) -> Result<CompactionReport> {
         self.writable()?;
-        run_pass(&self.inner, true)
+        run_pass(&self.inner, true, &*self.inner)
     }
 }
 
@@ -133,10 +125,15 @@ fn collect_live(inner: &Inner, sealed: &dyn Fn(RecordPos) -> bool) -> (Vec<Recor
 
 /// One compaction pass. `force`: compact every sealed segment; otherwise only when dead
 /// bytes outweigh live ones (or a prefix of segments holds nothing live).
-pub(crate) fn run_pass(inner: &Inner, force: bool) -> Result<CompactionReport> {
+/// `hooks` are `inner`'s own, or a wrapper of them ([`LowPriority`]).
+pub(crate) fn run_pass(
+    inner: &Inner,
+    force: bool,
+    hooks: &dyn CompactionHooks,
+) -> Result<CompactionReport> {
     let _pass = inner.compactor.lock();
     let started = Instant::now();
-    let Some(done) = inner.log.compact(force, inner)? else {
+    let Some(done) = inner.log.compact(force, hooks)? else {
         return Ok(CompactionReport::default());
     };
     inner.compactions.fetch_add(1, Ordering::Relaxed);
@@ -216,21 +213,19 @@ fn remap(index: &Index, map: &HashMap<RecordPos, Moved>) {
 }
 
 /// Starts the background compaction thread: after each segment rotation it runs a pass if
-/// one is due. Dropping the handle stops and joins it.
+/// one is due. Dropping the handle stops and joins it. The thread keeps its priority: it
+/// holds locks committers wait on; only the pass's lock-free bulk runs at low priority
+/// ([`LowPriority`]).
 pub(crate) fn spawn_background(inner: Weak<Inner>) -> Option<Periodic> {
     let mut seen_rotations = 0;
-    let mut lowered = false;
     Periodic::spawn("agentwal-compactor", COMPACTION_CHECK_INTERVAL, move || {
-        if !std::mem::replace(&mut lowered, true) {
-            crate::background::lower_this_thread_priority(COMPACTOR_NICE);
-        }
         let Some(inner) = inner.upgrade() else {
             return ControlFlow::Break(());
         };
         let rotations = inner.log.stats().rotations;
         if rotations != seen_rotations {
             seen_rotations = rotations;
-            if let Err(e) = run_pass(&inner, false) {
+            if let Err(e) = run_pass(&inner, false, &LowPriority(&inner)) {
                 tracing::warn!(error = %e, "background compaction failed; will retry");
             }
         }

@@ -16,6 +16,7 @@ mod gate;
 mod index;
 mod inspect;
 mod load;
+mod low_priority;
 mod open;
 pub(crate) mod policy;
 mod replay;

@@ -690,7 +690,9 @@ impl Coverage {
             match op {
                 SimOp::Rename(from, _) if ends(from, ".wal.free") => c.recycled += 1,
                 SimOp::Rename(_, to) if ends(to, ".wal.free") => c.retired += 1,
-                SimOp::Rename(from, _) if ends(from, ".compact.tmp") => c.compactions += 1,
+                SimOp::Rename(from, _) | SimOp::Exchange(from, _) if ends(from, ".compact.tmp") => {
+                    c.compactions += 1
+                }
                 SimOp::Allocate(_, len) if *len > options().segment_bytes => c.oversized += 1,
                 _ => {}
             }

@@ -12,7 +12,7 @@ use std::path::PathBuf;
 use parking_lot::RwLock;
 
 use super::format::{SEAL_RECORD_BYTES, SEGMENT_HEADER_BYTES};
-use super::segment::{read_header, segment_path};
+use super::segment::{read_header, segment_path, sync_dir};
 use super::{Log, RecordPos};
 use crate::error::{Error, Result};
 
@@ -26,7 +26,14 @@ pub const COMPACTION_DEAD_BYTES_MIN: u64 = 1 << 20;
 /// times, briefly (the barrier, the check before deleting whole segments, the switch to
 /// the new positions), and calls no other hook while it holds it except
 /// [`orphan`](Self::orphan) and [`remap`](Self::remap). The hooks must not take it.
-pub trait CompactionHooks {
+///
+/// Priority: everything a pass does while it holds a lock that appenders wait on (the
+/// positions lock, group-commit leadership in its flush, the writer's file lock) runs on
+/// the thread that called [`Log::compact`]. Only the lock-free bulk of the work, reading,
+/// checksumming, rewriting and writing the compacted segment, goes through
+/// [`offload`](Self::offload), which may run it on a thread of lower priority: a thread
+/// the scheduler starves must never hold what committers wait for.
+pub trait CompactionHooks: Sync {
     /// The lock every reader of positions holds shared while it resolves and reads them,
     /// and every appender holds shared from its append until the record is indexed.
     fn positions_lock(&self) -> &RwLock<()>;
@@ -55,6 +62,12 @@ pub trait CompactionHooks {
     /// nothing dead in them ([`Log::compact`]).
     fn rewrites(&self) -> bool {
         false
+    }
+    /// Runs `work` and returns once it has run. `work` holds no lock that appenders or
+    /// the positions lock's holders wait on, so it may run at any priority; the default
+    /// runs it on the calling thread.
+    fn offload(&self, work: &mut (dyn FnMut() + Send)) {
+        work();
     }
 }
 
@@ -87,7 +100,8 @@ struct LiveSet {
 }
 
 impl Log {
-    /// Runs one compaction pass. `force`: rewrite every sealed segment; otherwise only
+    /// Runs one compaction pass. `force`: seal the active segment (if it holds a record)
+    /// and rewrite every sealed segment; otherwise only
     /// when dead bytes outweigh live ones, or a prefix of segments holds nothing live, or
     /// (for hooks that rewrite payloads) when the sealed segments no pass has written
     /// outweigh the compacted one before them. `None` when no pass was worth running.
@@ -96,6 +110,12 @@ impl Log {
         force: bool,
         hooks: &dyn CompactionHooks,
     ) -> Result<Option<LogCompaction>> {
+        if force {
+            // A forced pass covers every record appended so far: the active segment is
+            // sealed first (if it holds any), or a store smaller than a segment would
+            // never be compacted (nor its bodies compressed) whatever its user called.
+            self.writer()?.seal_active()?;
+        }
         let lock = hooks.positions_lock();
         // Barrier: appenders hold the lock shared from append to index update, so once it
         // is held exclusively every durable record below the active segment is indexed.
@@ -126,10 +146,11 @@ impl Log {
             .copied()
             .filter(|p| p.segment_id <= through)
             .collect();
-        let prepared = self.prepare_compaction(through, &in_prefix, hooks)?;
+        let prepared = self.prepare_offloaded(through, &in_prefix, hooks)?;
+        // Built before the lock is taken: committers wait while it is held.
+        let moved: HashMap<RecordPos, Moved> = prepared.moved.iter().copied().collect();
         {
             let _relocating = lock.write();
-            let moved: HashMap<RecordPos, Moved> = prepared.moved.iter().copied().collect();
             if let Some(missing) = hooks.orphan(&|p| p.segment_id <= through, &moved) {
                 // Never install a segment that would orphan an indexed record.
                 self.abandon_compaction(&prepared);
@@ -154,7 +175,11 @@ impl Log {
             }
             installed?;
         }
-        let (superseded, superseded_bytes) = self.remove_superseded(through)?;
+        // Made durable outside the lock, which committers wait on: the install needs only
+        // to be durable before anything is deleted, and only this pass deletes (one pass
+        // at a time).
+        sync_dir(self.storage(), self.dir())?;
+        let (superseded, superseded_bytes) = self.remove_superseded(&prepared)?;
         done.removed.extend(superseded);
         let replaced: u64 = (sealed.iter())
             .filter(|(id, _)| *id == through)
@@ -197,6 +222,27 @@ impl Log {
 }
 
 impl Log {
+    /// Step 1 ([`prepare_compaction`](Self::prepare_compaction)) through the hooks'
+    /// [`offload`](CompactionHooks::offload). What needs the writer's lock (the LSN the
+    /// seal hands on) is read here first, on the calling thread.
+    fn prepare_offloaded(
+        &self,
+        through: u64,
+        in_prefix: &[RecordPos],
+        hooks: &dyn CompactionHooks,
+    ) -> Result<steps::PreparedCompaction> {
+        let next_first_lsn = self.first_lsn_after(through)?;
+        let mut prepared = None;
+        hooks.offload(&mut || {
+            prepared = Some(self.prepare_compaction(through, next_first_lsn, in_prefix, hooks));
+        });
+        prepared.unwrap_or_else(|| {
+            Err(Error::InvalidArgument(
+                "compaction hooks did not run the pass's work (offload must call it)".into(),
+            ))
+        })
+    }
+
     /// The last sealed segment, if the sealed segments that no pass wrote hold at least a
     /// segment's worth of bytes and as many as the compacted segment before them (a
     /// compacted segment, superseding every lower id, is always the first). Such a pass

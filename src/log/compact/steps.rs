@@ -10,11 +10,14 @@
 //! 1. write `<id>.wal.compact.tmp` (header flagged COMPACTED, the live records with their
 //!    original LSNs, a seal naming the next segment) and fsync it. A crash leaves a temp
 //!    file that the next open deletes: nothing changed.
-//! 2. rename it over segment `<id>` and fsync the directory. Rename is atomic: a crash
-//!    leaves either the old segment (nothing changed) or the compacted one, which
-//!    supersedes every lower id, so recovery skips those whether or not they still exist.
-//! 3. delete the superseded segments and fsync the directory. Any subset may come back
-//!    after a crash; recovery skips them all.
+//! 2. exchange it with segment `<id>` (or, where the file system cannot, rename it over
+//!    it) and fsync the directory. Both are atomic: a crash leaves either the old segment
+//!    (nothing changed) or the compacted one, which supersedes every lower id, so recovery
+//!    skips those whether or not they still exist. After an exchange the old segment's
+//!    file lies under the temporary name, which the next open deletes.
+//! 3. retire that file (renamed to `<id>.wal.free` for reuse, or deleted) and the
+//!    superseded segments, and fsync the directory. Any subset may come back after a
+//!    crash; recovery skips them all, and a `.free` file is no segment.
 
 use std::path::{Path, PathBuf};
 
@@ -41,6 +44,8 @@ pub(super) struct PreparedCompaction {
     pub(super) bytes: u64,
     /// Set once the rename put it in place (even if making that durable then failed).
     installed: std::sync::atomic::AtomicBool,
+    /// Set if the install swapped the replaced segment's file to `tmp` (to be retired).
+    exchanged: std::sync::atomic::AtomicBool,
 }
 
 /// The live records of a prefix, encoded as a compacted segment's body (no seal yet).
@@ -111,10 +116,12 @@ impl Log {
 
     /// Step 1: copies the records at `live` (positions in segments `<= through_id`, in log
     /// order) into a fsynced temporary compacted segment, each with the payload `hooks`
-    /// rewrites it to, if any.
+    /// rewrites it to, if any, sealed with `next_first_lsn` ([`first_lsn_after`](Self::first_lsn_after)).
+    /// Takes no lock that appenders wait on (it may run at low priority).
     pub(super) fn prepare_compaction(
         &self,
         through_id: u64,
+        next_first_lsn: u64,
         live: &[RecordPos],
         hooks: &dyn CompactionHooks,
     ) -> Result<PreparedCompaction> {
@@ -128,7 +135,6 @@ impl Log {
             live.windows(2).all(|w| w[0] < w[1]),
             "live positions must be sorted"
         );
-        let next_first_lsn = self.first_lsn_after(through_id)?;
         // It hands on what the segment it replaces did, which `through_id + 1` (made
         // already, or made later by the writer from its own record of it) links to.
         let hand_on = read_header(self.storage(), &segment_path(self.dir(), through_id))??
@@ -189,18 +195,24 @@ impl Log {
             }
             self.write_compacted(&tmp, &header, &body)?;
         }
+        let written = (SEGMENT_HEADER_BYTES + body.len()) as u64;
+        let counters = &self.writer()?.counters;
+        counters
+            .compacted_bytes
+            .fetch_add(written, std::sync::atomic::Ordering::Relaxed);
         Ok(PreparedCompaction {
             through_id,
             tmp,
             moved,
             bytes: (SEGMENT_HEADER_BYTES + body.len()) as u64,
             installed: Default::default(),
+            exchanged: Default::default(),
         })
     }
 
     /// The first LSN of segment `through_id + 1`: what the compacted segment's seal hands
     /// on.
-    fn first_lsn_after(&self, through_id: u64) -> Result<u64> {
+    pub(super) fn first_lsn_after(&self, through_id: u64) -> Result<u64> {
         Ok(match self.writer()?.uncreated_segment() {
             // Its header does not exist yet; its first LSN is the one the writer will
             // give it, the LSN the seal of `through_id` hands on. (If the writer creates
@@ -293,25 +305,35 @@ impl Log {
         file.sync_data().map_err(|e| Error::io(ctx("fsyncing"), e))
     }
 
-    /// Step 2: atomically replaces segment `through_id` with the compacted one and makes
-    /// the rename durable. From here on, old positions in segments `<= through_id` are
-    /// invalid: the caller must switch to `moved` before anyone reads them again. That
-    /// holds after an error too if [`PreparedCompaction::is_installed`] (the rename
-    /// happened and only the directory fsync failed).
+    /// Step 2: atomically replaces segment `through_id` with the compacted one. The old
+    /// file is swapped to the temporary name where the file system can exchange two
+    /// names in one step, so that [`remove_superseded`](Self::remove_superseded) can
+    /// retire it for reuse: the sealed segment a pass replaces is, in steady state, the
+    /// only full-sized file it frees. From here on, old positions in segments
+    /// `<= through_id` are invalid: the caller must switch to `moved` before anyone reads
+    /// them again, and then make the change durable ([`sync_dir`]) before deleting
+    /// anything. That holds after an error too if [`PreparedCompaction::is_installed`].
     pub(super) fn install_compaction(&self, prepared: &PreparedCompaction) -> Result<()> {
-        let dir = self.dir();
-        let target = segment_path(dir, prepared.through_id);
-        self.storage().rename(&prepared.tmp, &target).map_err(|e| {
+        let target = segment_path(self.dir(), prepared.through_id);
+        let storage = self.storage();
+        let exchanged = match storage.exchange(&prepared.tmp, &target) {
+            Ok(()) => Ok(true),
+            Err(e) if e.kind() == std::io::ErrorKind::Unsupported => {
+                storage.rename(&prepared.tmp, &target).map(|()| false)
+            }
+            Err(e) => Err(e),
+        };
+        let exchanged = exchanged.map_err(|e| {
             Error::io(
                 format!("installing compacted segment {}", target.display()),
                 e,
             )
         })?;
-        prepared
-            .installed
-            .store(true, std::sync::atomic::Ordering::Release);
+        use std::sync::atomic::Ordering::Release;
+        prepared.exchanged.store(exchanged, Release);
+        prepared.installed.store(true, Release);
         self.forget_maps(prepared.through_id);
-        sync_dir(self.storage(), dir)
+        Ok(())
     }
 
     /// Step 0, before anything is written: deletes the segments with ids up to
@@ -355,12 +377,30 @@ impl Log {
         let _ = self.storage().remove(&prepared.tmp);
     }
 
-    /// Step 3: deletes the segments superseded by the compacted `through_id`; returns the
-    /// paths removed and their bytes.
-    pub(super) fn remove_superseded(&self, through_id: u64) -> Result<(Vec<PathBuf>, u64)> {
+    /// Step 3: retires the file the install swapped out (the old segment `through_id`,
+    /// now under the temporary name) and the segments the compacted one supersedes, then
+    /// fsyncs the directory; returns the segment paths removed and their bytes. The
+    /// install must be durable first.
+    pub(super) fn remove_superseded(
+        &self,
+        prepared: &PreparedCompaction,
+    ) -> Result<(Vec<PathBuf>, u64)> {
+        let through_id = prepared.through_id;
         let mut removed = Vec::new();
         let mut bytes = 0;
         let storage = self.storage();
+        let swapped_out = prepared
+            .exchanged
+            .load(std::sync::atomic::Ordering::Acquire);
+        if swapped_out {
+            recycle::retire(
+                storage,
+                self.dir(),
+                through_id,
+                &prepared.tmp,
+                self.recyclable(),
+            )?;
+        }
         for (id, path) in list_segments(storage, self.dir())? {
             if id >= through_id {
                 break;
@@ -372,7 +412,7 @@ impl Log {
             recycle::retire(storage, self.dir(), id, &path, self.recyclable())?;
             removed.push(path);
         }
-        if !removed.is_empty() {
+        if swapped_out || !removed.is_empty() {
             sync_dir(storage, self.dir())?;
         }
         Ok((removed, bytes))

@@ -139,6 +139,8 @@ pub(crate) struct Counters {
     pub fill_bytes_written: AtomicU64,
     pub rotations: AtomicU64,
     pub recycled: AtomicU64,
+    /// Bytes of compacted segments written (compaction's writes, not the appends').
+    pub compacted_bytes: AtomicU64,
 }
 
 /// Where the writer starts after recovery.

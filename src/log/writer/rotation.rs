@@ -120,3 +120,44 @@ impl Io {
         written
     }
 }
+
+impl Writer {
+    /// Seals the active segment if it holds a record, so that compaction can take it
+    /// (`Store::compact` on a store smaller than a segment). The next append makes the
+    /// next segment, as after an open that found the final segment sealed (§3.5, step
+    /// 8). Returns whether it sealed one.
+    ///
+    /// Under `shared`, the tail moves to the next segment, so every record appended from
+    /// then on (LSN `target` and later) is planned there; once every record before
+    /// `target` is written, the seal handing on `target` goes at the end of the data,
+    /// unless a leader's rotation sealed the segment first (for a record planned there).
+    pub fn seal_active(&self) -> Result<bool> {
+        let (segment, target) = {
+            let mut shared = self.shared.lock();
+            if let Some(cause) = &shared.poisoned {
+                return Err(crate::error::Error::Poisoned {
+                    cause: cause.clone(),
+                });
+            }
+            let tail = shared.tail;
+            if tail.offset <= SEGMENT_HEADER_BYTES as u64 {
+                return Ok(false);
+            }
+            shared.tail = crate::log::RecordPos {
+                segment_id: tail.segment_id + 1,
+                offset: SEGMENT_HEADER_BYTES as u64,
+            };
+            (tail.segment_id, shared.next_lsn)
+        };
+        self.drive(self.shared.lock(), target, false)?;
+        let mut io = self.io.lock();
+        if io.segment_id != segment || io.file.is_none() {
+            return Ok(false);
+        }
+        io.seal(segment + 1, target, self)?;
+        io.file = None;
+        io.sealed_next_lsn = target;
+        self.active_segment.store(segment + 1, Ordering::Release);
+        Ok(true)
+    }
+}

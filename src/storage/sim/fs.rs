@@ -21,11 +21,14 @@ pub(super) struct Inode {
 }
 
 /// An entry change not yet durable: `from` unlinked (if it still names `ino`), `to` linked.
+/// An exchange (`swapped`: the inode `to` named) swaps the two names' inodes, if they
+/// still name `ino` and `swapped`, as one change.
 #[derive(Debug, Clone)]
 pub(super) struct DirOp {
     from: Option<PathBuf>,
     to: Option<PathBuf>,
     ino: u64,
+    swapped: Option<u64>,
 }
 
 /// The whole file system: what reads see, and what a crash may keep of it.
@@ -43,6 +46,21 @@ pub(super) struct Fs {
     pub(super) dirs: BTreeSet<PathBuf>,
     /// The inode number the next new file gets.
     pub(super) next_ino: u64,
+}
+
+/// Applies a kept exchange to `entries`: `a` and `b` swap inodes if they still name
+/// `inos` (an earlier change the crash lost may have moved either).
+fn swap(
+    entries: &mut BTreeMap<PathBuf, u64>,
+    a: &Path,
+    b: Option<&Path>,
+    inos: (u64, Option<u64>),
+) {
+    let Some(b) = b else { return };
+    if entries.get(a) == Some(&inos.0) && entries.get(b) == inos.1.as_ref() {
+        entries.insert(a.to_path_buf(), inos.1.unwrap_or(inos.0));
+        entries.insert(b.to_path_buf(), inos.0);
+    }
 }
 
 /// The directory holding `p` (`""` for a bare name).
@@ -94,7 +112,12 @@ impl Fs {
     pub(super) fn apply(&mut self, op: &SimOp) {
         let link = |from: Option<&PathBuf>, to: Option<&PathBuf>, ino| {
             let (from, to) = (from.cloned(), to.cloned());
-            Some(DirOp { from, to, ino })
+            Some(DirOp {
+                from,
+                to,
+                ino,
+                swapped: None,
+            })
         };
         let dir_op = match op {
             SimOp::CreateDirAll(dir) => {
@@ -134,6 +157,18 @@ impl Fs {
                 let ino = self.entries.remove(path).expect("removed file exists");
                 link(Some(path), None, ino)
             }
+            SimOp::Exchange(a, b) => {
+                let ino_a = self.entry(a).expect("exchanged file exists");
+                let ino_b = self.entry(b).expect("exchanged file exists");
+                self.entries.insert(a.clone(), ino_b);
+                self.entries.insert(b.clone(), ino_a);
+                Some(DirOp {
+                    from: Some(a.clone()),
+                    to: Some(b.clone()),
+                    ino: ino_a,
+                    swapped: Some(ino_b),
+                })
+            }
             SimOp::SyncDir(dir) => {
                 self.sync_dir(dir);
                 None
@@ -159,6 +194,10 @@ impl Fs {
         for (i, op) in self.dir_pending.iter().enumerate() {
             match &op.from {
                 _ if !plan.keeps_dir_change(i) => continue,
+                Some(a) if op.swapped.is_some() => {
+                    swap(&mut entries, a, op.to.as_deref(), (op.ino, op.swapped));
+                    continue;
+                }
                 Some(from) if entries.get(from) != Some(&op.ino) => continue,
                 Some(from) => drop(entries.remove(from)),
                 None => {}

@@ -62,6 +62,8 @@ pub enum SimOp {
     Rename(PathBuf, PathBuf),
     /// `remove(path)`.
     Remove(PathBuf),
+    /// `exchange(a, b)`: the two names swap their files in one step.
+    Exchange(PathBuf, PathBuf),
     /// `sync_dir(dir)`.
     SyncDir(PathBuf),
     /// A read, a lock, or an operation that failed: no effect on the disk.

@@ -61,6 +61,12 @@ impl Storage for SimStorage {
         let op = SimOp::Remove(path.into());
         self.run("remove", |st| Ok((st.fs.entry(path).map(drop)?, Some(op))))
     }
+    fn exchange(&self, a: &Path, b: &Path) -> io::Result<()> {
+        let op = SimOp::Exchange(a.into(), b.into());
+        self.run("exchange", |st| {
+            Ok((st.fs.entry(a).and(st.fs.entry(b)).map(drop)?, Some(op)))
+        })
+    }
     fn sync_dir(&self, dir: &Path) -> io::Result<()> {
         self.run("sync_dir", |st| {
             Ok((st.fs.dir(dir)?, Some(SimOp::SyncDir(dir.into()))))
