@@ -76,14 +76,18 @@ impl<S: State> Store<S> {
         if reads == Reads::Refused
             && snapshot_due
             && latest > 0
-            && self.cache.get(task, slot, latest).is_none()
+            && !self.cache.contains(task, slot, latest)
         {
             return Ok(None);
         }
-        let next = self.state_after(task, slot, latest, delta, snapshot_due)?;
-        let snapshot = match (&next, snapshot_due) {
-            (Some(state), true) => self
-                .encode_snapshot(task, state, at.state_bytes + delta_bytes.len() as u64)?
+        let mut next = self.state_after(task, slot, latest, delta, snapshot_due)?;
+        let snapshot = match (&mut next, snapshot_due) {
+            (Some(cached), true) => self
+                .encode_snapshot(
+                    task,
+                    cached.folded(),
+                    at.state_bytes + delta_bytes.len() as u64,
+                )?
                 .map(|raw| self.stored_snapshot(raw)),
             _ => None,
         };
@@ -104,7 +108,7 @@ impl<S: State> Store<S> {
         task: &str,
         slot: &Arc<TaskSlot>,
         seq: u64,
-        next: Option<Arc<S>>,
+        next: Option<Cached<S>>,
     ) -> u64 {
         assert_eq!(
             slot.data.read().latest_seq(),
@@ -112,8 +116,8 @@ impl<S: State> Store<S> {
             "commit of {task:?} not indexed"
         );
         self.inner.commits.fetch_add(1, Ordering::Relaxed);
-        if let Some(state) = next {
-            self.cache_put(task, slot, seq, state);
+        if let Some(cached) = next {
+            self.cache_put(task, slot, seq, cached);
         }
         seq
     }
@@ -137,7 +141,8 @@ impl<S: State> Store<S> {
 
     /// The task's state after `delta`, from the cache (or, for a new task, the default
     /// state); folded from disk only when a snapshot is due and the cache missed. `None`
-    /// when neither is at hand, or the history cannot be folded (headless).
+    /// when neither is at hand, or the history cannot be folded (headless). Costs the
+    /// delta, not the state: a state a reader still holds gets the delta queued.
     pub(super) fn state_after(
         &self,
         task: &str,
@@ -145,33 +150,32 @@ impl<S: State> Store<S> {
         latest: u64,
         delta: &S::Delta,
         snapshot_due: bool,
-    ) -> Result<Option<Arc<S>>> {
-        let mut state = if latest == 0 {
-            Some(Arc::new(S::default()))
+    ) -> Result<Option<Cached<S>>> {
+        let mut cached = if latest == 0 {
+            Some(Cached::new(Arc::new(S::default())))
         } else {
             self.cache.take(task, slot, latest)
         };
-        if state.is_none() && snapshot_due {
+        if cached.is_none() && snapshot_due {
             let _reading = self.inner.relocation.read();
             let plan = slot.data.read().fold_plan(latest);
             if let Some(plan) = plan {
-                state = Some(Arc::new(self.fold(task, latest, &plan)?));
+                cached = Some(Cached::new(Arc::new(self.fold(task, latest, &plan)?)));
             }
         }
-        if let Some(state) = state.as_mut() {
-            // Cloned only if a reader still holds this state.
-            Arc::make_mut(state).apply(delta);
+        if let Some(cached) = cached.as_mut() {
+            cached.advance(delta);
         }
-        Ok(state)
+        Ok(cached)
     }
 
     /// Caches the task's state at `seq`, sized by the records a load would read.
-    pub(super) fn cache_put(&self, task: &str, slot: &Arc<TaskSlot>, seq: u64, state: Arc<S>) {
+    pub(super) fn cache_put(&self, task: &str, slot: &Arc<TaskSlot>, seq: u64, cached: Cached<S>) {
         let bytes = {
             let data = slot.data.read();
             data.snapshot_bytes + data.delta_bytes_since_snapshot
         };
-        self.cache.put(task, slot, seq, state, bytes);
+        self.cache.put(task, slot, seq, cached, bytes);
     }
 
     /// An encoded snapshot as the store's compression setting stores it.
@@ -273,14 +277,14 @@ pub(super) enum Reads {
 }
 
 /// A commit decided, not yet appended.
-pub(super) struct CommitPlan<S> {
+pub(super) struct CommitPlan<S: State> {
     pub seq: u64,
     pub created_at_ms: u64,
     /// The next state as stored (encoded, perhaps compressed), if this commit writes a
     /// snapshot (else the delta).
     pub snapshot: Option<StoredBody<'static>>,
     /// The next state, when at hand, for the cache.
-    pub next: Option<Arc<S>>,
+    pub next: Option<Cached<S>>,
 }
 
 impl<S: State> CommitPlan<S> {
