@@ -70,19 +70,20 @@ impl<S: State> Cached<S> {
     }
 }
 
-/// One cached state.
+/// One cached state, or a placeholder (`cached: None`, 0 bytes) while a commit has it
+/// out: the commit's `put` then finds the key in place (one hash, no new key).
 struct Entry<S: State> {
     slot: Arc<TaskSlot>,
     seq: u64,
-    cached: Cached<S>,
+    cached: Option<Cached<S>>,
     bytes: u64,
 }
 
 impl<S: State> Entry<S> {
-    /// Whether this entry is the state at `seq` of this very slot (not of a deleted and
+    /// Whether this entry holds the state at `seq` of this very slot (not of a deleted and
     /// recreated task of the same name).
     fn is_for(&self, slot: &Arc<TaskSlot>, seq: u64) -> bool {
-        self.seq == seq && Arc::ptr_eq(&self.slot, slot)
+        self.cached.is_some() && self.seq == seq && Arc::ptr_eq(&self.slot, slot)
     }
 }
 
@@ -94,7 +95,23 @@ pub(crate) struct StateCache<S: State> {
 
 struct Entries<S: State> {
     map: HashMap<Box<str>, Entry<S>>,
+    /// Bytes of the entries (placeholders count 0).
     bytes: u64,
+}
+
+impl<S: State> Entries<S> {
+    /// Takes the task's state out if it is the one at `seq` of `slot`, leaving a
+    /// placeholder; drops an entry that is not.
+    fn take(&mut self, task: &str, slot: &Arc<TaskSlot>, seq: u64) -> Option<Cached<S>> {
+        let e = self.map.get_mut(task)?;
+        self.bytes -= e.bytes;
+        e.bytes = 0;
+        if e.is_for(slot, seq) {
+            return e.cached.take();
+        }
+        self.map.remove(task);
+        None
+    }
 }
 
 impl<S: State> StateCache<S> {
@@ -119,32 +136,27 @@ impl<S: State> StateCache<S> {
     /// outside the cache's lock (the entry is out meanwhile: a commit racing this load
     /// misses and the next load folds from disk), then the entry goes back.
     pub fn get(&self, task: &str, slot: &Arc<TaskSlot>, seq: u64) -> Option<Arc<S>> {
-        let mut entry = {
+        let (mut cached, bytes) = {
             let mut inner = self.inner.lock();
             let e = inner.map.get(task)?;
             if !e.is_for(slot, seq) {
                 return None;
             }
-            if let Some(state) = e.cached.ready() {
+            if let Some(state) = e.cached.as_ref().and_then(Cached::ready) {
                 return Some(state.clone());
             }
-            let e = inner.map.remove(task)?;
-            inner.bytes -= e.bytes;
-            e
+            let bytes = e.bytes;
+            (inner.take(task, slot, seq)?, bytes)
         };
-        let state = entry.cached.folded().clone();
-        let bytes = entry.bytes;
-        self.put(task, slot, seq, entry.cached, bytes);
+        let state = cached.folded().clone();
+        self.put(task, slot, seq, cached, bytes);
         Some(state)
     }
 
-    /// Removes and returns the task's state at `seq` (a commit is about to advance it);
-    /// drops an entry that does not match.
+    /// Takes out the task's state at `seq` (a commit is about to advance it); drops an
+    /// entry that does not match.
     pub fn take(&self, task: &str, slot: &Arc<TaskSlot>, seq: u64) -> Option<Cached<S>> {
-        let mut inner = self.inner.lock();
-        let e = inner.map.remove(task)?;
-        inner.bytes -= e.bytes;
-        e.is_for(slot, seq).then_some(e.cached)
+        self.inner.lock().take(task, slot, seq)
     }
 
     /// Caches `cached` as the task's state at `seq`, unless an entry for the same or a
@@ -152,38 +164,49 @@ impl<S: State> StateCache<S> {
     /// other entries to stay within the budget; a state larger than the whole budget is
     /// not kept.
     pub fn put(&self, task: &str, slot: &Arc<TaskSlot>, seq: u64, cached: Cached<S>, bytes: u64) {
+        let mut inner = self.inner.lock();
+        let Entries { map, bytes: total } = &mut *inner;
+        if let Some(e) = map.get_mut(task) {
+            if e.cached.is_some() && Arc::ptr_eq(&e.slot, slot) && e.seq >= seq {
+                return;
+            }
+            *total -= e.bytes;
+            e.bytes = 0;
+            // The usual case, a commit putting back what it took: in place.
+            if bytes <= self.budget_bytes && *total + bytes <= self.budget_bytes {
+                *total += bytes;
+                *e = Entry {
+                    slot: slot.clone(),
+                    seq,
+                    cached: Some(cached),
+                    bytes,
+                };
+                return;
+            }
+            map.remove(task);
+        }
         if bytes > self.budget_bytes {
             return;
         }
-        let mut inner = self.inner.lock();
-        if let Some(e) = inner.map.get(task)
-            && Arc::ptr_eq(&e.slot, slot)
-            && e.seq >= seq
-        {
-            return;
-        }
-        if let Some(old) = inner.map.remove(task) {
-            inner.bytes -= old.bytes;
-        }
         // Any entry will do: the cache serves the tasks an agent is running, and those
         // come back after an eviction at the cost of one fold.
-        while inner.bytes + bytes > self.budget_bytes {
-            let Some(victim) = inner.map.keys().next().cloned() else {
+        while *total + bytes > self.budget_bytes {
+            let Some(victim) = map.keys().next().cloned() else {
                 break;
             };
-            if let Some(e) = inner.map.remove(&victim) {
-                inner.bytes -= e.bytes;
+            if let Some(e) = map.remove(&victim) {
+                *total -= e.bytes;
             }
         }
-        inner.bytes += bytes;
+        *total += bytes;
         let entry = Entry {
             slot: slot.clone(),
             seq,
-            cached,
+            cached: Some(cached),
             bytes,
         };
-        inner.map.insert(task.into(), entry);
-        debug_assert!(inner.bytes <= self.budget_bytes, "cache over budget");
+        map.insert(task.into(), entry);
+        debug_assert!(*total <= self.budget_bytes, "cache over budget");
     }
 
     /// Forgets the task (it was deleted).

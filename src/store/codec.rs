@@ -235,9 +235,13 @@ pub(crate) const SNAPSHOT_MARGIN_BYTES: u64 = 40;
 /// Encodes a checkpoint record into a buffer sized for it up front: a snapshot body can be
 /// megabytes, and growing a buffer by doubling would copy it about twice more.
 pub(crate) fn encode_checkpoint(rec: &CheckpointRec<'_>) -> Result<Vec<u8>> {
+    encode_into(rec, Vec::with_capacity(checkpoint_estimate(rec)))
+}
+
+/// At least the bytes a checkpoint record's payload takes.
+fn checkpoint_estimate(rec: &CheckpointRec<'_>) -> usize {
     let origin = rec.origin.as_ref().map_or(0, |o| o.task.len());
-    let estimate = rec.task.len() + origin + rec.body.len() + CHECKPOINT_FIXED_BYTES_MAX;
-    encode_into(rec, Vec::with_capacity(estimate))
+    rec.task.len() + origin + rec.body.len() + CHECKPOINT_FIXED_BYTES_MAX
 }
 
 /// Largest buffer a thread keeps for [`with_encoded`]; a larger one is freed after use.
@@ -246,6 +250,32 @@ const SCRATCH_BYTES_MAX: usize = 64 << 10;
 thread_local! {
     /// Reused by [`with_encoded`], so that encoding a delta allocates nothing once warm.
     static SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+    /// Reused by [`with_checkpoint_encoded`] (a blocking commit encodes its delta into
+    /// `SCRATCH`, then the record around it into this one).
+    static RECORD_SCRATCH: std::cell::RefCell<Vec<u8>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Encodes a checkpoint record into this thread's record scratch buffer (sized for it up
+/// front, as [`encode_checkpoint`]) and runs `f` on the bytes; a fresh buffer if the
+/// scratch one is in use.
+pub(crate) fn with_checkpoint_encoded<R>(
+    rec: &CheckpointRec<'_>,
+    f: impl FnOnce(&[u8]) -> Result<R>,
+) -> Result<R> {
+    RECORD_SCRATCH.with(|scratch| {
+        let Ok(mut buf) = scratch.try_borrow_mut() else {
+            return f(&encode_checkpoint(rec)?);
+        };
+        buf.clear();
+        buf.reserve(checkpoint_estimate(rec));
+        *buf = encode_into(rec, std::mem::take(&mut *buf))?;
+        let out = f(&buf);
+        if buf.capacity() > SCRATCH_BYTES_MAX {
+            *buf = Vec::new();
+        }
+        out
+    })
 }
 
 /// Encodes `value` into this thread's scratch buffer and runs `f` on the bytes. Falls back

@@ -218,26 +218,38 @@ impl<S: State> Store<S> {
 
     /// Appends a record and applies it to the index, as replay would.
     pub(super) fn append_live(&self, kind: u8, rec: codec::Decoded<'_>) -> Result<()> {
-        let payload = match &rec {
-            codec::Decoded::CallBegin(b) => codec::encode(b)?,
-            codec::Decoded::CallFinish(f) => codec::encode(f)?,
-            codec::Decoded::Checkpoint(c) => self.encode_checkpoint(c)?,
-            codec::Decoded::Delete(d) => codec::encode(d)?,
+        let append = |payload: &[u8]| {
+            // Held from append to index update: compaction's barrier (an exclusive hold)
+            // then knows every durable record below the active segment is indexed.
+            let _indexing = self.inner.relocation.read();
+            let appended = self.inner.backend.append(kind, payload)?;
+            self.apply_live(&rec, appended.pos, appended.bytes)
         };
-        // Held from append to index update: compaction's barrier (an exclusive hold)
-        // then knows every durable record below the active segment is indexed.
-        let _indexing = self.inner.relocation.read();
-        let appended = self.inner.backend.append(kind, &payload)?;
-        self.apply_live(&rec, appended.pos, appended.bytes)
+        match &rec {
+            codec::Decoded::CallBegin(b) => append(&codec::encode(b)?),
+            codec::Decoded::CallFinish(f) => append(&codec::encode(f)?),
+            // Into a reused buffer: the backend copies the payload into its batch.
+            codec::Decoded::Checkpoint(c) => codec::with_checkpoint_encoded(c, |payload| {
+                self.check_checkpoint_size(c, payload.len())?;
+                append(payload)
+            }),
+            codec::Decoded::Delete(d) => append(&codec::encode(d)?),
+        }
     }
 
     /// Encodes a checkpoint record, refusing one whose payload would exceed the backend's
     /// limit with its body uncompressed (as the backend refuses a raw one that does).
     pub(super) fn encode_checkpoint(&self, c: &CheckpointRec<'_>) -> Result<Vec<u8>> {
         let payload = codec::encode_checkpoint(c)?;
-        let limit = self.inner.backend.payload_bytes_max();
-        compress::check_uncompressed_size(c, payload.len(), limit)?;
+        self.check_checkpoint_size(c, payload.len())?;
         Ok(payload)
+    }
+
+    /// Refuses a checkpoint record of `payload_bytes` that would exceed the backend's
+    /// limit with its body uncompressed.
+    fn check_checkpoint_size(&self, c: &CheckpointRec<'_>, payload_bytes: usize) -> Result<()> {
+        let limit = self.inner.backend.payload_bytes_max();
+        compress::check_uncompressed_size(c, payload_bytes, limit)
     }
 
     /// Applies a record this handle just made durable to the index.
