@@ -2,15 +2,18 @@
 //! - `load_latest` of a 200-step task next to decoding the same state from one blob;
 //! - write amplification (log bytes / delta bytes) and read amplification of a load
 //!   (record bytes read / snapshot size of the state);
-//! - commit latency p50/p99 with and without a concurrent compaction.
+//! - commit latency p50/p99 with and without a concurrent compaction;
+//! - the CPU of a small commit (and of the next load) to a task of a ~3.3 MB state, with
+//!   the caller holding the checkpoint it loaded or not (`SyncMode::Never`: no disk wait).
 //!
-//! `cargo bench --bench store` (AGENTWAL_BENCH_QUICK=1 for a short run).
+//! `cargo bench --bench store` (AGENTWAL_BENCH_QUICK=1 for a short run;
+//! `cargo bench --bench store -- holding` for the commit-while-holding section alone).
 
 use std::time::{Duration, Instant};
 
 mod common;
 
-use agentwal::{AgentState, Options, Store};
+use agentwal::{AgentDelta, AgentState, Message, Options, Store, SyncMode};
 use common::step;
 
 fn median(mut v: Vec<Duration>) -> Duration {
@@ -141,11 +144,95 @@ fn commit_latency(with_compaction: bool, threads: u64, steps: u64) -> (Duration,
     (p50, p99, lat.1)
 }
 
+/// CPU time of the calling thread.
+fn thread_cpu() -> Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec for the call's duration.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    assert_eq!(rc, 0, "clock_gettime(CLOCK_THREAD_CPUTIME_ID)");
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
+/// How a caller of the load → commit loop holds its checkpoint.
+#[derive(Clone, Copy)]
+enum Holding {
+    /// Drops it before it commits.
+    DroppedBeforeCommit,
+    /// Holds it across the commit, drops it before the next load.
+    AcrossCommit,
+    /// Holds it until the next load has returned (`cp = store.load_latest(..)`).
+    AcrossNextLoad,
+}
+
+/// Median CPU of one commit of a ~256-byte delta and of the load after it, on a task whose
+/// state is about `state_bytes`, `commits` times, holding the checkpoint as `holding` says.
+fn commit_cpu(state_bytes: usize, commits: u64, holding: Holding) -> (Duration, Duration) {
+    let dir = bench_dir("hold");
+    let opts = Options {
+        sync: SyncMode::Never,
+        auto_compact: false,
+        ..Options::default()
+    };
+    let store: Store = Store::open_with(dir.path(), opts).expect("open");
+    let chunk = "x".repeat(1000);
+    for i in 0..state_bytes / 1000 / 64 {
+        let mut d = AgentDelta::default();
+        for j in 0..64 {
+            d = d.message(Message::tool(format!("c{i}-{j}"), chunk.clone()));
+        }
+        store.commit("task", &d).expect("commit");
+    }
+    let small = AgentDelta::default().message(Message::assistant("y".repeat(240)));
+    let (mut commit, mut load) = (Vec::new(), Vec::new());
+    let mut held = store.load_latest("task").expect("load");
+    for _ in 0..commits {
+        if matches!(holding, Holding::DroppedBeforeCommit) {
+            drop(held.take());
+        }
+        let t = thread_cpu();
+        store.commit("task", &small).expect("commit");
+        commit.push(thread_cpu() - t);
+        if matches!(holding, Holding::AcrossCommit) {
+            drop(held.take());
+        }
+        let t = thread_cpu();
+        let next = store.load_latest("task").expect("load");
+        load.push(thread_cpu() - t);
+        held = std::hint::black_box(next);
+    }
+    drop(held);
+    (median(commit), median(load))
+}
+
+fn commit_while_holding(commits: u64) {
+    let state_bytes = 3_300_000;
+    println!(
+        "## CPU of a 256-byte commit and the next load, ~3.3 MB state ({commits} commits each, medians)\n"
+    );
+    println!("| the caller's checkpoint | commit CPU | next load CPU |\n|---|---:|---:|");
+    for (name, holding) in [
+        ("dropped before the commit", Holding::DroppedBeforeCommit),
+        ("held across the commit", Holding::AcrossCommit),
+        ("held until the next load returns", Holding::AcrossNextLoad),
+    ] {
+        let (c, l) = commit_cpu(state_bytes, commits, holding);
+        println!("| {name} | {c:?} | {l:?} |");
+    }
+    println!();
+}
+
 fn main() {
     if std::env::args().any(|a| a == "--list") {
         return; // `cargo test --benches` probes with --list
     }
     let quick = std::env::var_os("AGENTWAL_BENCH_QUICK").is_some();
+    commit_while_holding(if quick { 50 } else { 300 });
+    if std::env::args().any(|a| a == "holding") {
+        return; // `cargo bench --bench store -- holding`: that section alone
+    }
     load_vs_blob(if quick { 20 } else { 300 });
     let (threads, steps, rounds) = if quick { (4, 30, 1) } else { (8, 200, 3) };
     println!(

@@ -82,14 +82,18 @@ impl<S: State> Store<S> {
         if reads == Reads::Refused
             && snapshot_due
             && latest > 0
-            && self.cache.get(task, slot, latest).is_none()
+            && !self.cache.contains(task, slot, latest)
         {
             return Ok(None);
         }
-        let next = self.state_after(task, slot, latest, delta, snapshot_due)?;
-        let snapshot = match (&next, snapshot_due) {
-            (Some(state), true) => self
-                .encode_snapshot(task, state, at.state_bytes + delta_bytes.len() as u64)?
+        let mut next = self.state_after(task, slot, latest, delta, snapshot_due)?;
+        let snapshot = match (&mut next, snapshot_due) {
+            (Some(cached), true) => self
+                .encode_snapshot(
+                    task,
+                    cached.folded(),
+                    at.state_bytes + delta_bytes.len() as u64,
+                )?
                 .map(|raw| self.stored_snapshot(raw)),
             _ => None,
         };
@@ -110,7 +114,7 @@ impl<S: State> Store<S> {
         task: &str,
         slot: &Arc<TaskSlot>,
         seq: u64,
-        next: Option<Arc<S>>,
+        next: Option<Cached<S>>,
     ) -> u64 {
         assert_eq!(
             slot.data.read().latest_seq(),
@@ -118,8 +122,8 @@ impl<S: State> Store<S> {
             "commit of {task:?} not indexed"
         );
         self.inner.commits.fetch_add(1, Ordering::Relaxed);
-        if let Some(state) = next {
-            self.cache_put(task, slot, seq, state);
+        if let Some(cached) = next {
+            self.cache_put(task, slot, seq, cached);
         }
         seq
     }
@@ -143,7 +147,8 @@ impl<S: State> Store<S> {
 
     /// The task's state after `delta`, from the cache (or, for a new task, the default
     /// state); folded from disk only when a snapshot is due and the cache missed. `None`
-    /// when neither is at hand, or the history cannot be folded (headless).
+    /// when neither is at hand, or the history cannot be folded (headless). Costs the
+    /// delta, not the state: a state a reader still holds gets the delta queued.
     pub(super) fn state_after(
         &self,
         task: &str,
@@ -151,33 +156,32 @@ impl<S: State> Store<S> {
         latest: u64,
         delta: &S::Delta,
         snapshot_due: bool,
-    ) -> Result<Option<Arc<S>>> {
-        let mut state = if latest == 0 {
-            Some(Arc::new(S::default()))
+    ) -> Result<Option<Cached<S>>> {
+        let mut cached = if latest == 0 {
+            Some(Cached::new(Arc::new(S::default())))
         } else {
             self.cache.take(task, slot, latest)
         };
-        if state.is_none() && snapshot_due {
+        if cached.is_none() && snapshot_due {
             let _reading = self.inner.relocation.read();
             let plan = slot.data.read().fold_plan(latest);
             if let Some(plan) = plan {
-                state = Some(Arc::new(self.fold(task, latest, &plan)?));
+                cached = Some(Cached::new(Arc::new(self.fold(task, latest, &plan)?)));
             }
         }
-        if let Some(state) = state.as_mut() {
-            // Cloned only if a reader still holds this state.
-            Arc::make_mut(state).apply(delta);
+        if let Some(cached) = cached.as_mut() {
+            cached.advance(delta);
         }
-        Ok(state)
+        Ok(cached)
     }
 
     /// Caches the task's state at `seq`, sized by the records a load would read.
-    pub(super) fn cache_put(&self, task: &str, slot: &Arc<TaskSlot>, seq: u64, state: Arc<S>) {
+    pub(super) fn cache_put(&self, task: &str, slot: &Arc<TaskSlot>, seq: u64, cached: Cached<S>) {
         let bytes = {
             let data = slot.data.read();
             data.snapshot_bytes + data.delta_bytes_since_snapshot
         };
-        self.cache.put(task, slot, seq, state, bytes);
+        self.cache.put(task, slot, seq, cached, bytes);
     }
 
     /// An encoded snapshot as the store's compression setting stores it.
@@ -220,26 +224,38 @@ impl<S: State> Store<S> {
 
     /// Appends a record and applies it to the index, as replay would.
     pub(super) fn append_live(&self, kind: u8, rec: codec::Decoded<'_>) -> Result<()> {
-        let payload = match &rec {
-            codec::Decoded::CallBegin(b) => codec::encode(b)?,
-            codec::Decoded::CallFinish(f) => codec::encode(f)?,
-            codec::Decoded::Checkpoint(c) => self.encode_checkpoint(c)?,
-            codec::Decoded::Delete(d) => codec::encode(d)?,
+        let append = |payload: &[u8]| {
+            // Held from append to index update: compaction's barrier (an exclusive hold)
+            // then knows every durable record below the active segment is indexed.
+            let _indexing = self.inner.relocation.read();
+            let appended = self.inner.log.append(kind, payload)?;
+            self.apply_live(&rec, appended.pos, appended.bytes)
         };
-        // Held from append to index update: compaction's barrier (an exclusive hold)
-        // then knows every durable record below the active segment is indexed.
-        let _indexing = self.inner.relocation.read();
-        let appended = self.inner.log.append(kind, &payload)?;
-        self.apply_live(&rec, appended.pos, appended.bytes)
+        match &rec {
+            codec::Decoded::CallBegin(b) => append(&codec::encode(b)?),
+            codec::Decoded::CallFinish(f) => append(&codec::encode(f)?),
+            // Into a reused buffer: the log copies the payload into its batch.
+            codec::Decoded::Checkpoint(c) => codec::with_checkpoint_encoded(c, |payload| {
+                self.check_checkpoint_size(c, payload.len())?;
+                append(payload)
+            }),
+            codec::Decoded::Delete(d) => append(&codec::encode(d)?),
+        }
     }
 
     /// Encodes a checkpoint record, refusing one whose payload would exceed the log's
     /// limit with its body uncompressed (as the log refuses a raw one that does).
     pub(super) fn encode_checkpoint(&self, c: &CheckpointRec<'_>) -> Result<Vec<u8>> {
         let payload = codec::encode_checkpoint(c)?;
-        let limit = self.inner.log.payload_bytes_max();
-        compress::check_uncompressed_size(c, payload.len(), limit)?;
+        self.check_checkpoint_size(c, payload.len())?;
         Ok(payload)
+    }
+
+    /// Refuses a checkpoint record of `payload_bytes` that would exceed the log's
+    /// limit with its body uncompressed.
+    fn check_checkpoint_size(&self, c: &CheckpointRec<'_>, payload_bytes: usize) -> Result<()> {
+        let limit = self.inner.log.payload_bytes_max();
+        compress::check_uncompressed_size(c, payload_bytes, limit)
     }
 
     /// Applies a record this handle just made durable to the index.
@@ -279,14 +295,14 @@ pub(super) enum Reads {
 }
 
 /// A commit decided, not yet appended.
-pub(super) struct CommitPlan<S> {
+pub(super) struct CommitPlan<S: State> {
     pub seq: u64,
     pub created_at_ms: u64,
     /// The next state as stored (encoded, perhaps compressed), if this commit writes a
     /// snapshot (else the delta).
     pub snapshot: Option<StoredBody<'static>>,
     /// The next state, when at hand, for the cache.
-    pub next: Option<Arc<S>>,
+    pub next: Option<Cached<S>>,
 }
 
 impl<S: State> CommitPlan<S> {

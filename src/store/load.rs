@@ -137,7 +137,7 @@ impl<S: State> Store<S> {
         let Some(plan) = plan else { return Ok(None) };
         let state = Arc::new(self.fold(task, seq, &plan)?);
         if seq == latest {
-            self.cache_put(task, slot, seq, state.clone());
+            self.cache_put(task, slot, seq, Cached::new(state.clone()));
         }
         Ok(checkpoint(state))
     }

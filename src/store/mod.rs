@@ -42,6 +42,7 @@ pub use inspect::{
 };
 pub use types::*;
 
+use self::cache::Cached;
 use self::codec::{CheckpointRec, DeleteRec, Origin};
 use self::compress::StoredBody;
 use self::index::{CpEntry, Index, TaskData, TaskSlot};
