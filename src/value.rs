@@ -30,7 +30,9 @@ pub enum Value {
     /// A UTF-8 string.
     Str(String),
     /// Raw bytes.
-    Bytes(Vec<u8>),
+    // As one byte string: the same postcard bytes as a sequence of u8, but encoded and
+    // decoded in one copy instead of one serde call per byte.
+    Bytes(#[serde(with = "serde_bytes")] Vec<u8>),
     /// A list.
     List(Vec<Value>),
     /// A map with string keys, ordered.
