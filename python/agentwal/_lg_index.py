@@ -5,8 +5,8 @@ and pending write (``w:<json [checkpoint_id, task_id, idx]>``) of a thread names
 grows with the thread's history. Reading the latest checkpoint needs only its own entry,
 the blobs of its channel versions (with the bases of its lists) and its writes: this index
 keeps the state the store returned in the engine (an ``agentwal.StateView``) and converts
-and parses an entry only when it is asked for, so a fresh saver's ``get_tuple`` costs O(the latest checkpoint) in Python, not
-O(history). Prefix queries (the checkpoint ids, one checkpoint's writes) go through the
+and parses an entry only when it is asked for, so a fresh saver's ``get_tuple`` costs
+O(the latest checkpoint) in Python, not O(history). Prefix queries (the checkpoint ids, one checkpoint's writes) go through the
 keys sorted once, on first use (the store returns them sorted, so that sort is linear).
 """
 
@@ -65,7 +65,9 @@ class TaskIndex:
     """What the saver knows of one task, as of its checkpoint ``seq``, committed at
     ``created_at_ms`` (None: the saver's own commit, whose time the store did not return)."""
 
-    def __init__(self, seq: int = 0, created_at_ms: Optional[int] = None, view: Any = None) -> None:
+    def __init__(
+        self, seq: int = 0, created_at_ms: Optional[int] = None, view: Any = None
+    ) -> None:
         self.seq = seq
         self.created_at_ms = created_at_ms
         # The variables: those of the state the store returned (a StateView: converted to

@@ -140,7 +140,8 @@ def test_a_fresh_saver_reads_only_the_latest_checkpoint(store):
     # checkpoints, their writes or the other channels' older blobs.
     read = counting.vars_read
     assert len(read) == len(set(read))
-    assert [k for k in read if k.startswith("cp:")] == ["cp:" + got.config["configurable"]["checkpoint_id"]]
+    latest = got.config["configurable"]["checkpoint_id"]
+    assert [k for k in read if k.startswith("cp:")] == ["cp:" + latest]
     assert not [k for k in read if k.startswith("w:")]  # the last checkpoint has no writes
     blobs = [k for k in read if k.startswith("b:")]
     assert len(blobs) <= len(got.checkpoint["channel_versions"]) + STEPS + 1
