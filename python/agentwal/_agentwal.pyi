@@ -92,6 +92,34 @@ class Checkpoint:
         """The state as of this checkpoint (a new dict on every load: yours to change)."""
 
 @final
+class StateView:
+    """A task's checkpoint whose state stays in the engine until asked for: each variable is
+    converted to Python when read (``Checkpoint.state`` converts the whole state at once).
+    Immutable: a later commit to the task does not change it."""
+
+    @property
+    def task(self) -> str:
+        """The task id."""
+    @property
+    def seq(self) -> int:
+        """The checkpoint's seq."""
+    @property
+    def created_at_ms(self) -> int:
+        """When it was committed (ms since the Unix epoch)."""
+    def var(self, key: str) -> Optional[Value]:
+        """Variable ``key`` as plain data (a new object on every call); ``None`` if absent."""
+    def var_keys(self, prefix: str = "") -> List[str]:
+        """The keys of the variables starting with ``prefix`` (all by default), sorted."""
+    def vars(self, prefix: str = "") -> Dict[str, Value]:
+        """The variables whose key starts with ``prefix`` (all by default), as a new dict."""
+    def state(self) -> StateDict:
+        """The whole state, as :attr:`Checkpoint.state` has it (a new dict)."""
+    def __contains__(self, key: str) -> bool:
+        """Whether variable ``key`` is set."""
+    def __len__(self) -> int:
+        """How many variables are set."""
+
+@final
 class CheckpointInfo:
     """Metadata of one retained checkpoint."""
 
@@ -353,6 +381,9 @@ class Store:
         does not exist yet); else ``ConflictError``."""
     def load_latest(self, task: str) -> Optional[Checkpoint]:
         """The task's newest checkpoint, or ``None`` if the task has none."""
+    def load_latest_view(self, task: str) -> Optional[StateView]:
+        """The task's newest checkpoint as a :class:`StateView` (its variables converted to
+        Python only when read: for large states read in part), or ``None`` if it has none."""
     def load(self, task: str, seq: int) -> Optional[Checkpoint]:
         """The task's state exactly as of checkpoint ``seq``; ``None`` if the task does not
         exist or retention dropped that checkpoint; ``UnknownSeqError`` for seq 0 or beyond
@@ -464,7 +495,7 @@ class PgStore:
     """A store of agent tasks in a PostgreSQL database (``agentwal::postgres::PgStore``).
 
     The methods it shares with :class:`Store` (``commit``, ``commit_if``, ``load_latest``,
-    ``load``, ``load_latest_matching``, ``list_checkpoints``, ``latest_info``, ``tasks``, ``fork``,
+    ``load_latest_view``, ``load``, ``load_latest_matching``, ``list_checkpoints``, ``latest_info``, ``tasks``, ``fork``,
     ``delete_task``, ``begin_call``, ``finish_call``, ``call_result``, ``pending_calls``,
     ``once``, ``close`` and the ``with`` block) take the same arguments and mean the same;
     code written against them runs on either backend. What only a local store has
@@ -543,6 +574,9 @@ class PgStore:
         """As :meth:`Store.commit_if`."""
     def load_latest(self, task: str) -> Optional[Checkpoint]:
         """As :meth:`Store.load_latest`."""
+    def load_latest_view(self, task: str) -> Optional[StateView]:
+        """The task's newest checkpoint as a :class:`StateView` (its variables converted to
+        Python only when read: for large states read in part), or ``None`` if it has none."""
     def load(self, task: str, seq: int) -> Optional[Checkpoint]:
         """As :meth:`Store.load`."""
     def load_latest_matching(

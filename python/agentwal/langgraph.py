@@ -28,13 +28,11 @@ processes and hosts can take a thread's turns one after another, on one store.
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import random
 import threading
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
 from contextlib import ExitStack
-from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple, Union
 from urllib.parse import quote, unquote
 
@@ -58,17 +56,12 @@ except ImportError as e:  # pragma: no cover - exercised only without langgraph
     ) from e
 
 from ._agentwal import TASK_ID_BYTES_MAX, PgStore, Store
+from ._lg_index import _CP, _LIST, TaskIndex as _TaskIndex, blob_key, write_key
 from ._errors import ConflictError, UnknownTaskError
 
 __all__ = ["AgentwalSaver"]
 
 _TASK_PREFIX = "lg:"
-_CP = "cp:"
-_BLOB = "b:"
-_WRITE = "w:"
-# A list channel's blob in the prefix form: [_LIST, base version or None, [[type, bytes]...]]:
-# the items of the blob (channel, base) followed by these items (each serialized alone).
-_LIST = "agentwal.list"
 # Locks striped over task names: operations on one task are serialized, those on different
 # tasks (mostly) run concurrently, so that their commits share fsyncs.
 _STRIPES = 512
@@ -142,116 +135,6 @@ def _ns_of(config: Dict[str, Any]) -> str:
     return ns
 
 
-@dataclass
-class _Entry:
-    """A stored checkpoint: serialized checkpoint (no values), metadata, parent id."""
-
-    checkpoint: Tuple[str, bytes]
-    metadata: Tuple[str, bytes]
-    parent: Optional[str]
-
-
-@dataclass
-class _TaskIndex:
-    """What the saver knows of one task, as of its checkpoint ``seq``, committed at
-    ``created_at_ms`` (None: the saver's own commit, whose time the store did not return)."""
-
-    seq: int = 0
-    created_at_ms: Optional[int] = None
-    cps: Dict[str, _Entry] = field(default_factory=dict)
-    # (channel, version) -> (type, bytes), or (_LIST, base version or None, items)
-    blobs: Dict[Tuple[str, Any], Tuple[Any, ...]] = field(default_factory=dict)
-    # channel -> (version, items): the last list resolved (the next put extends it).
-    resolved: Dict[str, Tuple[Any, Tuple[Tuple[str, bytes], ...]]] = field(default_factory=dict)
-    # checkpoint id -> {(task_id, idx): (task_id, channel, (type, bytes), task_path)}
-    writes: Dict[str, Dict[Tuple[str, int], Tuple[str, str, Tuple[str, bytes], str]]] = field(
-        default_factory=dict
-    )
-
-    def items(self, channel: str, version: Any) -> Optional[Tuple[Tuple[str, bytes], ...]]:
-        """The serialized items of a list blob in the prefix form (following its bases);
-        None if the blob is absent or not in that form."""
-        last = self.resolved.get(channel)
-        if last is not None and last[0] == version:
-            return last[1]
-        chain = []
-        seen = set()
-        v: Any = version
-        while v is not None:
-            if v in seen:
-                raise ValueError(f"channel {channel!r}: the bases of version {version!r} loop")
-            seen.add(v)
-            last = self.resolved.get(channel)
-            if last is not None and last[0] == v:
-                chain.append(last[1])
-                break
-            blob = self.blobs.get((channel, v))
-            if blob is None or blob[0] != _LIST:
-                return None  # a broken chain (a pruned base) or a plain blob
-            chain.append(blob[2])
-            v = blob[1]
-        out: Tuple[Tuple[str, bytes], ...] = tuple(i for part in reversed(chain) for i in part)
-        self.resolved[channel] = (version, out)
-        return out
-
-    def bases(self, channel: str, version: Any) -> List[Tuple[str, Any]]:
-        """The blob keys ``(channel, version)`` needs: itself and its chain of bases."""
-        out = []
-        v: Any = version
-        while v is not None and (channel, v) in self.blobs:
-            out.append((channel, v))
-            blob = self.blobs[(channel, v)]
-            v = blob[1] if blob[0] == _LIST else None
-        return out
-
-    def remove(self, keys: Iterable[str]) -> None:
-        """Forgets the checkpoints, blobs and writes of the unset ``keys``."""
-        for key in keys:
-            if key.startswith(_CP):
-                self.cps.pop(key[len(_CP) :], None)
-            elif key.startswith(_BLOB):
-                self.blobs.pop(tuple(json.loads(key[len(_BLOB) :])), None)
-                self.resolved.clear()
-            elif key.startswith(_WRITE):
-                cid, task_id, widx = json.loads(key[len(_WRITE) :])
-                writes = self.writes.get(cid)
-                if writes is not None:
-                    writes.pop((task_id, widx), None)
-                    if not writes:
-                        del self.writes[cid]
-
-    def apply(self, sets: Dict[str, Any]) -> None:
-        # The JSON of the blob and write keys, parsed in one call (a task read from the
-        # store applies thousands of keys).
-        keys = iter(json.loads("[" + ",".join(
-            key[len(_BLOB) :] if key.startswith(_BLOB) else key[len(_WRITE) :]
-            for key in sets
-            if key.startswith(_BLOB) or key.startswith(_WRITE)
-        ) + "]"))
-        for key, value in sets.items():
-            if key.startswith(_CP):
-                c, m, parent = value
-                self.cps[key[len(_CP) :]] = _Entry((c[0], c[1]), (m[0], m[1]), parent)
-            elif key.startswith(_BLOB):
-                channel, version = next(keys)
-                if (channel, version) in self.blobs:  # overwritten: a memo may be stale
-                    self.resolved.clear()
-                if value[0] == _LIST:
-                    items = tuple((t, b) for t, b in value[2])
-                    self.blobs[(channel, version)] = (_LIST, value[1], items)
-                else:
-                    self.blobs[(channel, version)] = (value[0], value[1])
-            elif key.startswith(_WRITE):
-                cid, task_id, idx = next(keys)
-                wtask, channel, typ, data, path = value
-                self.writes.setdefault(cid, {})[(task_id, idx)] = (
-                    wtask,
-                    channel,
-                    (typ, data),
-                    path,
-                )
-
-
 def _unset(
     idx: _TaskIndex, cids: List[str], blobs: Sequence[Tuple[str, Any]] = ()
 ) -> Optional[Dict[str, Any]]:
@@ -259,8 +142,8 @@ def _unset(
     would remove nothing."""
     keys = [_CP + cid for cid in cids]
     for cid in cids:
-        keys += [_WRITE + json.dumps([cid, t, i]) for (t, i) in idx.writes.get(cid, {})]
-    keys += [_BLOB + json.dumps([ch, v]) for ch, v in blobs]
+        keys += [write_key(cid, t, i) for (t, i) in idx.writes(cid)]
+    keys += [blob_key(ch, v) for ch, v in blobs]
     return {"unset": keys} if keys else None
 
 
@@ -385,13 +268,12 @@ class AgentwalSaver(BaseCheckpointSaver[str]):
         """Reads ``task``'s latest state from the store into a new index (cached unless the
         task has no checkpoint: looking up unknown threads must not grow memory)."""
         self._index.pop(task, None)
-        idx = _TaskIndex()
-        cp = self.store.load_latest(task)
-        if cp is None:
-            return idx
-        idx.seq = cp.seq
-        idx.created_at_ms = cp.created_at_ms
-        idx.apply(cp.state["vars"])
+        view = self.store.load_latest_view(task)
+        if view is None:
+            return _TaskIndex()
+        # Converted and parsed lazily: a read of the latest checkpoint touches only what it
+        # needs, not the thread's history.
+        idx = _TaskIndex(view.seq, view.created_at_ms, view)
         self._index[task] = idx
         return idx
 
@@ -437,7 +319,8 @@ class AgentwalSaver(BaseCheckpointSaver[str]):
         metadata: Optional[CheckpointMetadata] = None,
         config: Optional[RunnableConfig] = None,
     ) -> CheckpointTuple:
-        entry = idx.cps[cid]
+        entry = idx.cp(cid)
+        assert entry is not None, cid
         checkpoint = self.serde.loads_typed(entry.checkpoint)
         values: Dict[str, Any] = {}
         for channel, version in checkpoint["channel_versions"].items():
@@ -467,7 +350,7 @@ class AgentwalSaver(BaseCheckpointSaver[str]):
     def _value(self, idx: _TaskIndex, channel: str, version: Any) -> Tuple[bool, Any]:
         """``(True, value)`` of the blob ``(channel, version)``; ``(False, None)`` if there is
         none or it is empty."""
-        blob = idx.blobs.get((channel, version))
+        blob = idx.blob(channel, version)
         if blob is None or blob[0] == "empty":
             return False, None
         if blob[0] != _LIST:
@@ -482,7 +365,7 @@ class AgentwalSaver(BaseCheckpointSaver[str]):
     def _pending(self, idx: _TaskIndex, cid: str) -> List[Tuple[str, str, Any]]:
         """The writes stored at checkpoint ``cid``, as ``(task_id, channel, value)``, in
         ``writes_sort_key`` order."""
-        writes = idx.writes.get(cid, {})
+        writes = idx.writes(cid)
         return [
             (w[0], w[1], self.serde.loads_typed(w[2]))
             for _, w in sorted(writes.items(), key=lambda kv: writes_sort_key(kv[1][3], *kv[0]))
@@ -500,12 +383,13 @@ class AgentwalSaver(BaseCheckpointSaver[str]):
             idx = self._task(task)
             cid = get_checkpoint_id(config)
             if cid:
-                if cid not in idx.cps:
+                if idx.cp(cid) is None:
                     return None
                 return self._tuple(idx, thread_id, ns, cid, config=config)
-            if not idx.cps:
+            latest = idx.latest()
+            if latest is None:
                 return None
-            return self._tuple(idx, thread_id, ns, max(idx.cps))
+            return self._tuple(idx, thread_id, ns, latest)
 
     def list(
         self,
@@ -549,7 +433,7 @@ class AgentwalSaver(BaseCheckpointSaver[str]):
             candidates = []
             for task, thread_id, ns in tasks:
                 idx = self._task(task)
-                for cid in idx.cps:
+                for cid in idx.cids():
                     if want_id and cid != want_id:
                         continue
                     if before_id and cid >= before_id:
@@ -560,7 +444,7 @@ class AgentwalSaver(BaseCheckpointSaver[str]):
             for cid, thread_id, ns, idx in candidates:
                 if limit is not None and len(out) >= limit:
                     break
-                metadata = self.serde.loads_typed(idx.cps[cid].metadata)
+                metadata = self.serde.loads_typed(idx.cp(cid).metadata)
                 if filter and not all(metadata.get(k) == v for k, v in filter.items()):
                     continue
                 out.append(self._tuple(idx, thread_id, ns, cid, metadata=metadata))
@@ -587,13 +471,13 @@ class AgentwalSaver(BaseCheckpointSaver[str]):
         remaining = set(channels)
         with self._locked([task]):
             idx = self._task(task)
-            cid = get_checkpoint_id(config) or max(idx.cps, default=None)
-            target = idx.cps.get(cid) if cid else None
+            cid = get_checkpoint_id(config) or idx.latest()
+            target = idx.cp(cid)
             current = target.parent if target is not None else None
             seen = set()
             while current is not None and remaining and current not in seen:
                 seen.add(current)
-                entry = idx.cps.get(current)
+                entry = idx.cp(current)
                 if entry is None:  # pruned or never stored: the chain ends here
                     break
                 versions = self.serde.loads_typed(entry.checkpoint).get("channel_versions", {})
@@ -651,7 +535,7 @@ class AgentwalSaver(BaseCheckpointSaver[str]):
             sets: Dict[str, Any] = {}
             parent_versions: Optional[Dict[str, Any]] = None  # read once, if a list needs it
             for channel, version in new_versions.items():
-                key = _BLOB + json.dumps([channel, version])
+                key = blob_key(channel, version)
                 if channel not in serialized:
                     sets[key] = ["empty", b""]
                 elif type(values[channel]) is not list:
@@ -673,7 +557,7 @@ class AgentwalSaver(BaseCheckpointSaver[str]):
 
     def _parent_versions(self, idx: _TaskIndex, parent: Optional[str]) -> Dict[str, Any]:
         """The channel versions of checkpoint ``parent`` as ``idx`` holds it ({} if absent)."""
-        entry = idx.cps.get(parent) if parent else None
+        entry = idx.cp(parent) if parent else None
         if entry is None:
             return {}
         return self.serde.loads_typed(entry.checkpoint).get("channel_versions", {})
@@ -694,7 +578,7 @@ class AgentwalSaver(BaseCheckpointSaver[str]):
             pv is not None
             and pv != version
             # Overwriting a version (never done by LangGraph) must not close a loop.
-            and ((channel, version) not in idx.blobs
+            and (idx.blob(channel, version) is None
                  or (channel, version) not in idx.bases(channel, pv))
         ):
             prev = idx.items(channel, pv)
@@ -725,12 +609,12 @@ class AgentwalSaver(BaseCheckpointSaver[str]):
         ]
 
         def build(idx: _TaskIndex) -> Optional[Dict[str, Any]]:
-            existing = idx.writes.get(cid, {})
+            existing = idx.writes(cid)
             sets: Dict[str, Any] = {}
             for widx, channel, (typ, data) in serialized:
                 if widx >= 0 and (task_id, widx) in existing:
                     continue
-                sets[_WRITE + json.dumps([cid, task_id, widx])] = [
+                sets[write_key(cid, task_id, widx)] = [
                     task_id,
                     channel,
                     typ,
@@ -795,8 +679,8 @@ class AgentwalSaver(BaseCheckpointSaver[str]):
         def build(idx: _TaskIndex) -> Optional[Dict[str, Any]]:
             doomed = [
                 cid
-                for cid, e in idx.cps.items()
-                if self.serde.loads_typed(e.metadata).get("run_id") in runs
+                for cid in idx.cids()
+                if self.serde.loads_typed(idx.cp(cid).metadata).get("run_id") in runs
             ]
             return _unset(idx, doomed)
 
@@ -818,13 +702,14 @@ class AgentwalSaver(BaseCheckpointSaver[str]):
         if not threads:
             return
         def keep_latest(idx: _TaskIndex) -> Optional[Dict[str, Any]]:
-            if len(idx.cps) <= 1:
+            cids = idx.cids()
+            if len(cids) <= 1:
                 return None
-            latest = max(idx.cps)
-            doomed = [cid for cid in idx.cps if cid != latest]
-            versions = self.serde.loads_typed(idx.cps[latest].checkpoint)["channel_versions"]
+            latest = cids[-1]
+            doomed = cids[:-1]
+            versions = self.serde.loads_typed(idx.cp(latest).checkpoint)["channel_versions"]
             keep = {k for ch, v in versions.items() for k in idx.bases(ch, v)}
-            return _unset(idx, doomed, [b for b in idx.blobs if b not in keep])
+            return _unset(idx, doomed, [b for b in idx.blob_ids() if b not in keep])
 
         with self._locked(None):
             for task, tid, _ in self._saver_tasks():

@@ -11,6 +11,7 @@ mod errors;
 mod ops;
 mod pg;
 mod types;
+mod view;
 
 use std::collections::HashSet;
 use std::sync::{Mutex, PoisonError, RwLock};
@@ -27,6 +28,7 @@ use crate::types::{
     Checkpoint, CheckpointInfo, CompactionReport, LostCheckpoints, PendingCall, RecoveryReport,
     SkippedRange, Stats, VerifyReport,
 };
+use crate::view::StateView;
 
 /// The engine's store of agent state.
 type Engine = agentwal::Store<AgentState>;
@@ -296,6 +298,13 @@ impl Store {
             .transpose()
     }
 
+    /// The task's newest checkpoint as a :class:`StateView` (variables converted on
+    /// demand), or ``None`` if the task has none.
+    fn load_latest_view(&self, py: Python<'_>, task: String) -> PyResult<Option<StateView>> {
+        let engine = self.engine(py)?;
+        Ok(run(py, || engine.load_latest(&task))?.map(StateView::new))
+    }
+
     /// The task's state exactly as of checkpoint ``seq``; ``None`` if the task does not
     /// exist or retention dropped that checkpoint. Seq 0 or beyond the latest raises
     /// ``UnknownSeqError``.
@@ -481,6 +490,7 @@ fn _agentwal(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<pg::Lease>()?;
     m.add_class::<pg::Resolution>()?;
     m.add_class::<Checkpoint>()?;
+    m.add_class::<StateView>()?;
     m.add_class::<CheckpointInfo>()?;
     m.add_class::<PendingCall>()?;
     m.add_class::<RecoveryReport>()?;

@@ -19,6 +19,7 @@ use pyo3::types::PyBytes;
 use crate::errors::raise;
 use crate::ops::{self, run};
 use crate::types::{Checkpoint, CheckpointInfo, PendingCall};
+use crate::view::StateView;
 
 /// The engine's PostgreSQL store of agent state.
 type PgEngine = agentwal::postgres::PgStore<AgentState>;
@@ -216,6 +217,12 @@ impl PgStore {
         run(py, || engine.load_latest(&task))?
             .map(|cp| ops::checkpoint(py, cp))
             .transpose()
+    }
+
+    /// The task's newest checkpoint as a `StateView`, or ``None``.
+    fn load_latest_view(&self, py: Python<'_>, task: String) -> PyResult<Option<StateView>> {
+        let engine = self.engine(py)?;
+        Ok(run(py, || engine.load_latest(&task))?.map(StateView::new))
     }
 
     /// The task's state as of checkpoint ``seq``.

@@ -93,6 +93,32 @@ def test_latest_info_follows_commits_forks_and_deletes(either):
         either.latest_info("")
 
 
+def test_load_latest_view_converts_variables_on_demand(either):
+    """``load_latest_view`` is ``load_latest`` with the state kept in the engine: each
+    variable converted when read, prefix queries over the sorted keys, and immutable."""
+    assert either.load_latest_view("t") is None
+    either.commit("t", {"set": {"a:1": 1, "a:2": [b"x", "y"], "b": {"k": 2.5}, "é:": 3},
+                        "messages": [{"role": "user", "content": "hi"}]})
+    either.commit("t", {"unset": ["a:1"], "set": {"a:3": None}})
+    view, cp = either.load_latest_view("t"), either.load_latest("t")
+    assert (view.task, view.seq, view.created_at_ms) == (cp.task, cp.seq, cp.created_at_ms) == (
+        "t", 2, cp.created_at_ms)
+    assert view.state() == cp.state
+    assert view.vars() == cp.state["vars"]
+    assert view.var_keys() == sorted(cp.state["vars"]) == ["a:2", "a:3", "b", "é:"]
+    assert view.var_keys("a:") == ["a:2", "a:3"] and view.var_keys("c") == []
+    assert view.vars("a:") == {"a:2": [b"x", "y"], "a:3": None}
+    assert view.var("a:2") == [b"x", "y"] and view.var("b") == {"k": 2.5}
+    assert view.var("a:1") is None and view.var("a:3") is None
+    assert "a:3" in view and "a:1" not in view and len(view) == 4
+    view.var("a:2").append(1)  # a new object per call: the view does not change
+    assert view.var("a:2") == [b"x", "y"]
+    either.commit("t", {"set": {"z": 1}})
+    assert "z" not in view and either.load_latest_view("t").var("z") == 1
+    with pytest.raises(agentwal.InvalidArgumentError):
+        either.load_latest_view("")
+
+
 def _script(store):
     """One program over the shared API; returns what it observed (no timestamps or sizes,
     which differ by design between the backends)."""
@@ -105,6 +131,7 @@ def _script(store):
         store.commit_if("a", 1, {})
     seen.append((e.value.task, e.value.expected, e.value.actual))
     seen.append(store.load_latest("a").state)
+    seen.append((store.load_latest_view("a").vars(), store.load_latest_view("nope")))
     seen.append([store.load("a", s).state for s in (1, 2, 3)])
     with pytest.raises(agentwal.UnknownSeqError):
         store.load("a", 9)

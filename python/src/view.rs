@@ -1,0 +1,100 @@
+//! `agentwal.StateView`: a task's latest state kept in Rust, its variables converted to
+//! Python one query at a time. A state that holds a long history (the LangGraph saver's
+//! tasks keep every checkpoint, blob and write) costs a reader only what it asks for, where
+//! `Checkpoint.state` converts every variable and message.
+
+use std::ops::Bound as Edge;
+use std::sync::Arc;
+
+use agentwal::{AgentState, Value};
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+
+use crate::convert::{from_state, from_value};
+
+/// A loaded checkpoint whose state stays in the engine's memory (shared with its cache,
+/// not copied) until a variable is asked for.
+#[pyclass(module = "agentwal", frozen)]
+pub struct StateView {
+    /// The task id.
+    #[pyo3(get)]
+    pub task: String,
+    /// The checkpoint's seq.
+    #[pyo3(get)]
+    pub seq: u64,
+    /// When it was committed (ms since the Unix epoch).
+    #[pyo3(get)]
+    pub created_at_ms: u64,
+    state: Arc<AgentState>,
+}
+
+impl StateView {
+    /// The view of a loaded checkpoint.
+    pub fn new(cp: agentwal::Checkpoint<AgentState>) -> Self {
+        StateView {
+            task: cp.task,
+            seq: cp.seq,
+            created_at_ms: cp.created_at_ms,
+            state: cp.state,
+        }
+    }
+
+    /// The variables whose key starts with `prefix`, in key order.
+    fn with_prefix<'a>(&'a self, prefix: &'a str) -> impl Iterator<Item = (&'a String, &'a Value)> {
+        self.state
+            .vars
+            .range::<str, _>((Edge::Included(prefix), Edge::Unbounded))
+            .take_while(move |(k, _)| k.starts_with(prefix))
+    }
+}
+
+#[pymethods]
+impl StateView {
+    /// The variable ``key`` as plain Python data (a new object per call); ``None`` if absent.
+    fn var<'py>(&self, py: Python<'py>, key: &str) -> PyResult<Option<Bound<'py, PyAny>>> {
+        self.state
+            .vars
+            .get(key)
+            .map(|v| from_value(py, v))
+            .transpose()
+    }
+
+    /// The keys of the variables starting with ``prefix`` (all by default), sorted.
+    #[pyo3(signature = (prefix = ""))]
+    fn var_keys(&self, prefix: &str) -> Vec<String> {
+        self.with_prefix(prefix).map(|(k, _)| k.clone()).collect()
+    }
+
+    /// The variables whose key starts with ``prefix`` (all by default), as a new dict.
+    #[pyo3(signature = (prefix = ""))]
+    fn vars<'py>(&self, py: Python<'py>, prefix: &str) -> PyResult<Bound<'py, PyDict>> {
+        let out = PyDict::new(py);
+        for (k, v) in self.with_prefix(prefix) {
+            out.set_item(k, from_value(py, v)?)?;
+        }
+        Ok(out)
+    }
+
+    /// The whole state, as ``Checkpoint.state`` has it (a new dict).
+    fn state<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        from_state(py, &self.state)
+    }
+
+    fn __contains__(&self, key: &str) -> bool {
+        self.state.vars.contains_key(key)
+    }
+
+    fn __len__(&self) -> usize {
+        self.state.vars.len()
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "StateView(task={:?}, seq={}, created_at_ms={}, vars={})",
+            self.task,
+            self.seq,
+            self.created_at_ms,
+            self.state.vars.len()
+        )
+    }
+}

@@ -1,0 +1,204 @@
+"""A fresh AgentwalSaver (a new worker) reading a long thread, on both backends: one engine
+read, and only the latest checkpoint's variables converted and parsed, not the history;
+then writes, prunes and listings on top of that lazily read index.
+
+Needs the cluster of pg_env (``AGENTWAL_PG_HOST``) for the PostgreSQL half: without it those
+tests fail, never skip.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, List, TypedDict
+
+import pytest
+from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.graph import END, START, StateGraph
+from langgraph.graph.message import add_messages
+
+from agentwal import PgStore, Store
+from agentwal.langgraph import AgentwalSaver
+
+import pg_env
+
+STEPS = 40  # the thread's super-steps before a fresh saver reads it
+
+
+@pytest.fixture(params=["local", "postgres"])
+def store(request, tmp_path):
+    """A local Store and a PgStore: a test using it runs once on each backend."""
+    if request.param == "local":
+        with Store.open(tmp_path / "store") as s:
+            yield s
+    else:
+        schema = pg_env.fresh_schema("lgfresh")
+        with PgStore.open(pg_env.url(), schema=schema) as s:
+            yield s
+        pg_env.drop_schema(schema)
+
+
+class State(TypedDict):
+    messages: Annotated[list, add_messages]
+    step: int
+    phase: str
+
+
+def _graph(checkpointer: Any, steps: int):
+    """One node looping on itself: each step appends a tool call and its result."""
+
+    def agent(state: State):
+        n = state.get("step", 0) + 1
+        return {
+            "messages": [
+                AIMessage(content=f"step {n}", id=f"ai-{n}",
+                          tool_calls=[{"id": f"call-{n}", "name": "search", "args": {"q": n}}]),
+                ToolMessage(content=f"result {n} " * 20, tool_call_id=f"call-{n}", id=f"tool-{n}"),
+            ],
+            "step": n,
+            "phase": "working" if n < steps else "done",
+        }
+
+    g = StateGraph(State)
+    g.add_node("agent", agent)
+    g.add_edge(START, "agent")
+    g.add_conditional_edges("agent", lambda s: "agent" if s["step"] < steps else END,
+                            ["agent", END])
+    return g.compile(checkpointer=checkpointer)
+
+
+def _run(saver: Any, steps: int, config: dict) -> None:
+    _graph(saver, steps).invoke(
+        {"messages": [HumanMessage(content="go", id="h-0")], "step": 0, "phase": "start"},
+        config, durability="sync")
+
+
+class _CountingView:
+    """A StateView that counts the variables read through it."""
+
+    def __init__(self, view: Any, log: List[str]) -> None:
+        self._view, self._log = view, log
+        self.seq, self.created_at_ms = view.seq, view.created_at_ms
+
+    def var(self, key: str) -> Any:
+        self._log.append(key)
+        return self._view.var(key)
+
+    def var_keys(self, prefix: str = "") -> List[str]:
+        return self._view.var_keys(prefix)
+
+    def __contains__(self, key: str) -> bool:
+        return key in self._view
+
+    def __len__(self) -> int:
+        return len(self._view)
+
+
+class _CountingStore:
+    """The saver's store, recording each call the saver makes (and the variables it reads
+    from a loaded view)."""
+
+    def __init__(self, store: Any) -> None:
+        self._store = store
+        self.calls: List[str] = []
+        self.vars_read: List[str] = []
+
+    def __getattr__(self, name: str) -> Any:
+        target = getattr(self._store, name)
+        if not callable(target):
+            return target
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            self.calls.append(name)
+            out = target(*args, **kwargs)
+            if name == "load_latest_view" and out is not None:
+                return _CountingView(out, self.vars_read)
+            return out
+
+        return call
+
+
+def _tuple_data(t: Any) -> Any:
+    return (t.config, t.checkpoint, t.metadata, t.parent_config, t.pending_writes)
+
+
+def test_a_fresh_saver_reads_only_the_latest_checkpoint(store):
+    config = {"configurable": {"thread_id": "long"}}
+    with AgentwalSaver(store) as writer:
+        _run(writer, STEPS, config)
+        expected = writer.get_tuple(config)
+    total = len(store.load_latest_view("lg:long:"))
+    fresh = AgentwalSaver(store)
+    counting = _CountingStore(store)
+    fresh.store = counting
+    got = fresh.get_tuple(config)
+    assert _tuple_data(got) == _tuple_data(expected)
+    assert len(got.checkpoint["channel_values"]["messages"]) == 2 * STEPS + 1
+    # One engine read (on PostgreSQL a fixed number of statements), nothing per checkpoint.
+    assert counting.calls == ["load_latest_view"]
+    # The variables read: the latest checkpoint, its channels' blobs (the message list's
+    # chain of bases: one blob per step that appended to it) and its writes. Not the other
+    # checkpoints, their writes or the other channels' older blobs.
+    read = counting.vars_read
+    assert len(read) == len(set(read))
+    latest = got.config["configurable"]["checkpoint_id"]
+    assert [k for k in read if k.startswith("cp:")] == ["cp:" + latest]
+    assert not [k for k in read if k.startswith("w:")]  # the last checkpoint has no writes
+    blobs = [k for k in read if k.startswith("b:")]
+    assert len(blobs) <= len(got.checkpoint["channel_versions"]) + STEPS + 1
+    assert len(read) == 1 + len(blobs)
+    assert total > 5 * len(read), (total, len(read))
+    # A second read of an unchanged thread: one latest_info, no variable read again.
+    before = len(read)
+    assert _tuple_data(fresh.get_tuple(config)) == _tuple_data(expected)
+    assert counting.calls == ["load_latest_view", "latest_info"] and len(read) == before
+
+
+def test_a_fresh_saver_reads_an_older_checkpoint_and_its_writes(store):
+    config = {"configurable": {"thread_id": "long"}}
+    with AgentwalSaver(store) as writer:
+        _run(writer, 10, config)
+        history = list(writer.list(config))
+    old = history[4]
+    assert old.pending_writes  # a checkpoint whose task wrote before the next one
+    fresh = AgentwalSaver(store)
+    counting = _CountingStore(store)
+    fresh.store = counting
+    assert _tuple_data(fresh.get_tuple(old.config)) == _tuple_data(old)
+    writes = [k for k in counting.vars_read if k.startswith("w:")]
+    assert len(writes) == len(old.pending_writes)
+    assert [k for k in counting.vars_read if k.startswith("cp:")] == [
+        "cp:" + old.config["configurable"]["checkpoint_id"]]
+
+
+def test_writes_prunes_and_lists_on_a_lazily_read_thread(store):
+    """A fresh saver continues a thread, the next ones delete a run, prune and list it: the
+    same history as InMemorySaver running the same steps, whatever the index read lazily."""
+    config = {"configurable": {"thread_id": "t"}}
+    run2 = {**config, "metadata": {"run_id": "run-2"}}
+    memory = InMemorySaver()
+    with AgentwalSaver(store) as first:
+        _run(first, 6, config)
+    _run(memory, 6, config)
+    with AgentwalSaver(store) as second:  # reads the thread lazily, then writes on top
+        _run(second, 9, run2)
+        _run(memory, 9, run2)
+        ours = [(t.checkpoint["channel_values"], t.metadata, t.pending_writes)
+                for t in second.list(config)]
+    theirs = [(t.checkpoint["channel_values"], t.metadata, t.pending_writes)
+              for t in memory.list(config)]
+    assert len(ours) == len(theirs) > 15
+    assert [o[:2] for o in ours] == [t[:2] for t in theirs]
+    assert [[w[1:] for w in o[2]] for o in ours] == [[w[1:] for w in t[2]] for t in theirs]
+    with AgentwalSaver(store) as third:
+        before = list(third.list(config))
+        third.delete_for_runs(["run-2"])
+        left = [t for t in before if t.metadata.get("run_id") != "run-2"]
+        assert 0 < len(left) < len(before)
+        assert [_tuple_data(t) for t in third.list(config)] == [_tuple_data(t) for t in left]
+    with AgentwalSaver(store) as fourth:  # lazily read again, then prune
+        assert [_tuple_data(t) for t in fourth.list(config)] == [_tuple_data(t) for t in left]
+        fourth.prune(["t"], strategy="keep_latest")
+        assert [_tuple_data(t) for t in fourth.list(config)] == [_tuple_data(left[0])]
+    with AgentwalSaver(store) as fifth:
+        assert [_tuple_data(t) for t in fifth.list(config)] == [_tuple_data(left[0])]
+        assert _tuple_data(fifth.get_tuple(config)) == _tuple_data(left[0])
