@@ -265,3 +265,71 @@ fn a_v2_store_grows_v3_segments_linked_to_its_v2_ones_and_compacts_to_v3() {
     check_with_tasks(&store, &["alpha", "beta", "fork"], 60);
     assert_eq!(store.recovery_report().torn_bytes, 0);
 }
+
+/// Hooks of a log whose records are all dead: a pass deletes the sealed segments and
+/// replaces the last of them with an empty compacted one.
+struct NothingLive(parking_lot::RwLock<()>);
+
+impl agentwal::log::CompactionHooks for NothingLive {
+    fn positions_lock(&self) -> &parking_lot::RwLock<()> {
+        &self.0
+    }
+    fn live_records(
+        &self,
+        _sealed: &dyn Fn(agentwal::log::RecordPos) -> bool,
+    ) -> (Vec<agentwal::log::RecordPos>, u64) {
+        (Vec::new(), 0)
+    }
+    fn orphan(
+        &self,
+        _vanishes: &dyn Fn(agentwal::log::RecordPos) -> bool,
+        _moved: &std::collections::HashMap<agentwal::log::RecordPos, agentwal::log::Moved>,
+    ) -> Option<agentwal::log::RecordPos> {
+        None
+    }
+    fn remap(
+        &self,
+        _moved: &std::collections::HashMap<agentwal::log::RecordPos, agentwal::log::Moved>,
+    ) {
+    }
+}
+
+/// A pass that is not forced leaves the v2 final segment a writer still appends to where
+/// it is, after a v3 compacted segment: the next open must accept that order (only a v3
+/// segment made by a rotation never precedes an older one).
+#[test]
+fn a_v2_final_segment_after_a_v3_compacted_segment_opens() {
+    use agentwal::log::{Log, LogOptions};
+    let dir = copy_dir(&fixture());
+    let opts = || LogOptions {
+        segment_bytes: 4096,
+        ..LogOptions::default()
+    };
+    let last_id = headers(dir.path()).last().expect("segments").0;
+    let mut in_last = 0;
+    let log = Log::open_with(dir.path(), opts(), |r| {
+        in_last += u64::from(r.segment_id == last_id);
+        Ok(())
+    })
+    .expect("open the v2 fixture's log");
+    let hooks = NothingLive(parking_lot::RwLock::new(()));
+    log.compact(false, &hooks)
+        .expect("pass")
+        .expect("a pass ran: nothing is live");
+    drop(log);
+    let hs = headers(dir.path());
+    assert_eq!(hs.len(), 2, "{hs:?}");
+    assert!(hs[0].1.is_compacted(), "{hs:?}");
+    assert_version(&hs[0].1, FORMAT_VERSION, "compacted segment");
+    assert_version(&hs[1].1, FORMAT_VERSION_V2, "final segment");
+    let mut after = 0;
+    let log = Log::open_with(dir.path(), opts(), |r| {
+        assert_eq!(r.segment_id, last_id);
+        after += 1;
+        Ok(())
+    })
+    .expect("a v2 final segment after a compacted v3 one opens");
+    assert_eq!(after, in_last);
+    assert!(in_last > 0);
+    drop(log);
+}

@@ -401,6 +401,9 @@ mod tests {
         let mut expected = b"prefix".to_vec();
         expected.extend(postcard::to_allocvec(&rec).unwrap());
         assert_eq!(encode_into(&rec, b"prefix".to_vec()).unwrap(), expected);
-        assert_eq!(encode(&delta).unwrap(), postcard::to_allocvec(&delta).unwrap());
+        assert_eq!(
+            encode(&delta).unwrap(),
+            postcard::to_allocvec(&delta).unwrap()
+        );
     }
 }

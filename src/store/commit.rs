@@ -243,8 +243,10 @@ impl<S: State> Store<S> {
         }
     }
 
-    /// Encodes a checkpoint record, refusing one whose payload would exceed the log's
-    /// limit with its body uncompressed (as the log refuses a raw one that does).
+    /// Encodes a checkpoint record for the async API's deferred commits, refusing one whose
+    /// payload would exceed the log's limit with its body uncompressed (as the log refuses a
+    /// raw one that does).
+    #[cfg(feature = "tokio")]
     pub(super) fn encode_checkpoint(&self, c: &CheckpointRec<'_>) -> Result<Vec<u8>> {
         let payload = codec::encode_checkpoint(c)?;
         self.check_checkpoint_size(c, payload.len())?;

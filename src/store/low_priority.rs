@@ -22,7 +22,7 @@ use crate::log::{CompactionHooks, Moved, RecordPos};
 /// full load (the scheduler weighs nice 19 at 15 against nice 0's 1,024), so a pass never
 /// stops. Measured at 64 tasks on 2 cores, compacting throughout a run: 0.85–0.92× the
 /// commits/s of a store that did not compact, against 0.65–0.83× at nice 0
-/// (bench-results/v2-compaction.md).
+/// (bench-results/format-v2.md).
 pub(crate) const COMPACTOR_NICE: i32 = 19;
 
 /// [`Inner`]'s hooks, with the pass's bulk offloaded to a low-priority thread.

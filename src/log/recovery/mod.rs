@@ -121,9 +121,8 @@ pub(crate) fn scan(
         report: LogRecovery::default(),
     };
     let mut expected: Option<Expected> = None;
-    // The store the segments scanned so far belong to: its id, and the segment that
-    // carried it first (none before the first v3 segment).
-    let mut store: Option<(u128, u64)> = None;
+    // The store the segments scanned so far belong to (none before the first v3 segment).
+    let mut store: Option<StoreSeen> = None;
     let mut read_buf = Vec::new();
     for (index, (id, path)) in files.iter().enumerate() {
         let is_last = index + 1 == files.len();
@@ -170,7 +169,7 @@ pub(crate) fn scan(
         out.report.segments += 1;
         out.segments.push(state);
     }
-    out.store_id = store.map(|(store_id, _)| store_id);
+    out.store_id = store.map(|seen| seen.id);
     Ok(out)
 }
 
@@ -277,36 +276,58 @@ fn check_chain(
     }
 }
 
-/// Every v3 segment of a log carries its store's id, and a segment older than v3 never
-/// follows a v3 one (a v3 writer makes only v3 segments). Checked in every mode, salvage
-/// too: a file of another store is not damage to read past, and nothing in it may be
-/// served. `store` is the id seen first, and the segment it came from.
-fn check_store(path: &Path, header: &SegmentHeader, store: &mut Option<(u128, u64)>) -> Result<()> {
-    match (header.chain, *store) {
-        (Some(chain), None) => {
-            *store = Some((chain.store_id, header.id));
-            Ok(())
+/// The store the segments scanned so far belong to.
+#[derive(Clone, Copy)]
+struct StoreSeen {
+    /// Its id, and the segment that carried it first.
+    id: u128,
+    from: u64,
+    /// Whether a v3 segment other than a compacted one has been scanned.
+    rotated: bool,
+}
+
+/// Every v3 segment of a log carries its store's id, and a segment older than v3 follows
+/// no v3 segment but a compacted one: a v3 writer makes only v3 segments, but compaction
+/// (which always writes v3) may replace the sealed segments before a v1 or v2 final
+/// segment that a writer is still appending to. Checked in every mode, salvage too: a
+/// file of another store is not damage to read past, and nothing in it may be served.
+fn check_store(path: &Path, header: &SegmentHeader, store: &mut Option<StoreSeen>) -> Result<()> {
+    let seen = match (header.chain, *store) {
+        (Some(chain), None) => StoreSeen {
+            id: chain.store_id,
+            from: header.id,
+            rotated: false,
+        },
+        (Some(chain), Some(seen)) if chain.store_id == seen.id => seen,
+        (Some(chain), Some(seen)) => {
+            return Err(broken(
+                path,
+                format!(
+                    "segment {} belongs to another store: its store id is {:032x}, segment \
+                     {}'s is {:032x}",
+                    header.id, chain.store_id, seen.from, seen.id
+                ),
+            ));
         }
-        (Some(chain), Some((store_id, _))) if chain.store_id == store_id => Ok(()),
-        (Some(chain), Some((store_id, from))) => Err(broken(
-            path,
-            format!(
-                "segment {} belongs to another store: its store id is {:032x}, segment \
-                 {from}'s is {store_id:032x}",
-                header.id, chain.store_id
-            ),
-        )),
-        (None, Some((_, from))) => Err(broken(
-            path,
-            format!(
-                "segment {} is format v{} but follows segment {from}, which is v{FORMAT_VERSION}: \
-                 it belongs to another store",
-                header.id,
-                header.version()
-            ),
-        )),
-        (None, None) => Ok(()),
-    }
+        (None, Some(seen)) if seen.rotated => {
+            return Err(broken(
+                path,
+                format!(
+                    "segment {} is format v{} but follows v{FORMAT_VERSION} segments made \
+                     after segment {}: it belongs to another store",
+                    header.id,
+                    header.version(),
+                    seen.from
+                ),
+            ));
+        }
+        (None, _) => return Ok(()),
+    };
+    *store = Some(StoreSeen {
+        rotated: seen.rotated || (header.chain.is_some() && !header.is_compacted()),
+        ..seen
+    });
+    Ok(())
 }
 
 fn broken(path: &Path, why: String) -> Error {
