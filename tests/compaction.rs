@@ -781,8 +781,9 @@ fn a_pruned_call_answers_none_and_keeps_its_id_until_its_records_go() {
     store.begin_call("t", "c", "tool", b"a").unwrap();
     store.finish_call("t", "c", b"r").unwrap();
     store.commit("t", &delta(0, 1)).unwrap();
-    // Still in the active segment: pruned, not dropped.
-    store.compact().unwrap();
+    // Still in the active segment, which a background pass leaves alone: pruned, not
+    // dropped.
+    store.compact_sealed_segments().unwrap();
     assert_eq!(store.call_result("t", "c").unwrap(), None);
     assert!(call_ids(&store, "t").is_empty());
     assert_eq!(store.index_call_entries(), 1);
@@ -824,8 +825,9 @@ fn a_pruned_call_split_across_segments_leaves_the_log_whole() {
     store.finish_call("t", "split", &[b'r'; 2000]).unwrap();
     assert_eq!(store.stats().segments, 2, "the finish went to segment 2");
     store.commit("t", &delta(0, 1)).unwrap();
-    // Segment 1 is the prefix; the finish sits in the active segment after it.
-    store.compact().unwrap();
+    // Segment 1 is the prefix; the finish sits in the active segment after it, which a
+    // background pass leaves alone.
+    store.compact_sealed_segments().unwrap();
     assert_eq!(store.call_result("t", "split").unwrap(), None, "pruned");
     let store = reopen(store);
     assert_eq!(
@@ -875,4 +877,25 @@ fn max_age_prunes_the_calls_that_finished_before_the_oldest_young_checkpoint() {
     assert_eq!(store.list_checkpoints("t").unwrap()[0].seq, 2);
     assert_eq!(call_ids(&store, "t"), ["after"]);
     assert_eq!(store.index_call_entries(), 1);
+}
+
+/// Regression: `compact` seals the active segment; a record larger than a segment
+/// appended right after was planned one segment too far (past the next, never created),
+/// and the writer's assertion that segments are created in order fired.
+#[test]
+fn a_record_larger_than_a_segment_right_after_compact() {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = small(None);
+    let store: Store = Store::open_with(dir.path(), opts).unwrap();
+    store.commit("t", &delta(0, 1)).unwrap();
+    store.compact().unwrap();
+    let big = AgentDelta::default().message(Message::user("b".repeat(3 * (16 << 10))));
+    assert_eq!(store.commit("t", &big).unwrap(), 2);
+    store.commit("t", &delta(0, 3)).unwrap();
+    let want = store.load_latest("t").unwrap().unwrap();
+    drop(store);
+    let store: Store = Store::open_with(dir.path(), opts).unwrap();
+    store.verify().unwrap();
+    let got = store.load_latest("t").unwrap().unwrap();
+    assert_eq!((got.seq, &*got.state), (3, &*want.state));
 }

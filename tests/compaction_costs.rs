@@ -160,7 +160,7 @@ fn compact_seals_the_active_segment() {
         snapshot_every: 4,
         ..options(Options::default().segment_bytes, Some(1))
     };
-    let store: Store = Store::open_with(dir.path(), opts.clone()).unwrap();
+    let store: Store = Store::open_with(dir.path(), opts).unwrap();
     for i in 0..200 {
         let delta = AgentDelta::default()
             .set("step", i)

@@ -406,3 +406,102 @@ fn io_error_reading_a_segment_header_is_not_reported_as_corruption() {
         }
     }
 }
+
+/// `compact` seals the active segment (a seal record, then an fdatasync) before its pass.
+/// For every storage operation of a `compact` on a store smaller than a segment, failing
+/// once: the commits acknowledged afterwards on that handle (none, if the failure
+/// poisoned it) are all in the image the disk holds, and in the page cache's.
+#[test]
+fn a_failed_compact_never_acknowledges_a_commit_it_then_loses() {
+    let options = agentwal::Options {
+        auto_compact: false,
+        ..agentwal::Options::default()
+    };
+    let open = |sim: &SimStorage| {
+        let storage: std::sync::Arc<dyn agentwal::storage::Storage> =
+            std::sync::Arc::new(sim.clone());
+        agentwal::Store::<Tally>::open_on(storage, DIR, options)
+    };
+    let delta = |i: usize| vec![i as u8; 50 + i];
+    let fold = |n: usize| {
+        let mut state = Tally::default();
+        (0..n).for_each(|i| agentwal::State::apply(&mut state, &delta(i)));
+        state
+    };
+    let before = |sim: &SimStorage| {
+        let store = open(sim).unwrap();
+        for i in 0..10 {
+            store.commit("t", &delta(i)).unwrap();
+        }
+        store
+    };
+    let dry = SimStorage::new();
+    let store = before(&dry);
+    let first = dry.ops();
+    dry.record();
+    store.compact().unwrap();
+    let last = dry.ops();
+    let ops = dry.take_recording();
+    drop(store);
+    assert_eq!(
+        ops.len() as u64,
+        last - first,
+        "one recorded op per operation"
+    );
+    // The seal's writes and fdatasync: those before the pass creates its segment.
+    let pass_starts = ops.iter().position(|op| matches!(op, SimOp::Create(..)));
+    let seal_ops = ops[..pass_starts.expect("the pass wrote a segment")]
+        .iter()
+        .filter(|op| matches!(op, SimOp::Write(..) | SimOp::SyncData(_)))
+        .count();
+    assert!(seal_ops >= 2, "a seal record and its fdatasync: {ops:?}");
+    for n in first..last {
+        let in_seal = matches!(
+            ops[(n - first) as usize],
+            SimOp::Write(..) | SimOp::SyncData(_)
+        ) && pass_starts.is_some_and(|p| ((n - first) as usize) < p);
+        let sim = SimStorage::new();
+        let store = before(&sim);
+        sim.fail_at(n, false);
+        let compacted = store.compact();
+        let mut acked = 10;
+        for i in 10..15 {
+            match store.commit("t", &delta(i)) {
+                Ok(_) => acked = i + 1,
+                Err(e) => {
+                    // Half a seal may be on disk, or the kernel may have dropped the
+                    // pages a failed fdatasync did not write: the handle is poisoned.
+                    assert!(
+                        !in_seal || matches!(e, agentwal::Error::Poisoned { .. }),
+                        "op {n}: {e}"
+                    );
+                    break;
+                }
+            }
+        }
+        assert!(
+            !in_seal || acked == 10,
+            "op {n}: a failed seal, then {} commits acknowledged",
+            acked - 10
+        );
+        assert!(
+            compacted.is_err() || acked == 15,
+            "op {n}: a commit failed after a compact that did not"
+        );
+        drop(store);
+        for (what, image) in [
+            ("durable", sim.durable_image()),
+            ("volatile", sim.volatile_image()),
+        ] {
+            let store = open(&SimStorage::from_image(&image))
+                .unwrap_or_else(|e| panic!("op {n}, {what} image: reopen: {e}"));
+            let cp = store.load_latest("t").unwrap().expect("committed");
+            assert!(
+                cp.seq >= acked as u64,
+                "op {n}, {what} image: seq {} after {acked} acknowledged",
+                cp.seq
+            );
+            assert_eq!(*cp.state, fold(cp.seq as usize), "op {n}, {what} image");
+        }
+    }
+}

@@ -33,9 +33,11 @@
 //! from then on its result is `None`, it is listed nowhere, and writes of its id are
 //! `InvalidArgument`. Its two records leave the log, and its id is free again, once both
 //! are sealed and share one segment (the model reads which segment holds each record
-//! before every pass); a reopen serves the calls still on disk again. The active segment
-//! keeps its records, so a reopened store can hold a task's history from a delta in the
-//! middle of a chain ("headless"); a larger `keep` then still serves only from its first snapshot on. As
+//! before every pass); a reopen serves the calls still on disk again. `compact` seals the
+//! active segment first, so a pass covers every record; a background pass leaves the
+//! active segment alone, so a reopened store can hold a task's history from a delta in
+//! the middle of a chain ("headless", `max_age_retention_across_compaction_and_reopen`);
+//! a larger `keep` then still serves only from its first snapshot on. As
 //! long as no compaction ran with a smaller `keep`, the model also checks the plain
 //! promise (exactly the last `keep`) independently of that bookkeeping. `max_age` depends
 //! on the clock, so a plain test covers it instead.
@@ -930,9 +932,13 @@ impl Harness {
                 return;
             }
             Op::Compact => {
-                // Compaction never touches the active (newest) segment, and drops a pruned
-                // call only with both its records, which needs them in one segment.
-                let segments = records_per_segment(self.dir.path());
+                // `compact` seals the active segment first (if it holds a record), then
+                // compacts every sealed one; a pruned call goes only with both its
+                // records, which needs them in one segment.
+                let mut segments = records_per_segment(self.dir.path());
+                if segments.last().is_some_and(|&n| n > 0) {
+                    segments.push(0);
+                }
                 if let Err(e) = store.compact() {
                     panic!("{ctx}: compact failed: {e}");
                 }
@@ -1906,7 +1912,8 @@ fn max_age_retention_across_compaction_and_reopen() {
         assert_eq!(refused, Err(Fail::InvalidArgument), "{ctx}: fork from a@5");
     };
     check(&store, "before compaction");
-    store.compact().expect("compact");
+    // As a background pass does, leaving the active segment alone (`compact` seals it).
+    store.compact_sealed_segments().expect("compact");
     check(&store, "after compaction");
     drop(store);
     // The log now holds a@4.. (a@4 a delta): served from the first snapshot, a@6.

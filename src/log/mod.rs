@@ -311,6 +311,13 @@ impl Log {
         writer.append_then(kind, then);
     }
 
+    /// Seals the active segment if it holds a record, so that the next compaction pass
+    /// covers every record appended so far; the next append makes the next segment.
+    /// Returns whether it sealed one.
+    pub fn seal_active(&self) -> Result<bool> {
+        self.writer()?.seal_active()
+    }
+
     /// Makes every record appended so far durable (a no-op cost under `SyncMode::Always`).
     pub fn flush(&self) -> Result<()> {
         self.writer()?.flush()

@@ -100,9 +100,9 @@ struct LiveSet {
 }
 
 impl Log {
-    /// Runs one compaction pass. `force`: seal the active segment (if it holds a record)
-    /// and rewrite every sealed segment; otherwise only
-    /// when dead bytes outweigh live ones, or a prefix of segments holds nothing live, or
+    /// Runs one compaction pass over the sealed segments (the active one is left alone:
+    /// [`Log::seal_active`] first to include it). `force`: rewrite every sealed segment;
+    /// otherwise only when dead bytes outweigh live ones, or a prefix of segments holds nothing live, or
     /// (for hooks that rewrite payloads) when the sealed segments no pass has written
     /// outweigh the compacted one before them. `None` when no pass was worth running.
     pub fn compact(
@@ -110,12 +110,6 @@ impl Log {
         force: bool,
         hooks: &dyn CompactionHooks,
     ) -> Result<Option<LogCompaction>> {
-        if force {
-            // A forced pass covers every record appended so far: the active segment is
-            // sealed first (if it holds any), or a store smaller than a segment would
-            // never be compacted (nor its bodies compressed) whatever its user called.
-            self.writer()?.seal_active()?;
-        }
         let lock = hooks.positions_lock();
         // Barrier: appenders hold the lock shared from append to index update, so once it
         // is held exclusively every durable record below the active segment is indexed.

@@ -567,13 +567,22 @@ impl Writer {
                 Ok(())
             }
             Err(e) => {
-                tracing_fsync_error(&e);
-                shared.poisoned = Some(e.to_string());
-                for cv in &self.wake {
-                    cv.notify_all();
-                }
+                self.poison_locked(shared, &e);
                 Err(e)
             }
+        }
+    }
+
+    /// Refuses every later write through this handle, and wakes the waiters to say so.
+    pub(super) fn poison(&self, e: &crate::error::Error) {
+        self.poison_locked(&mut self.shared.lock(), e);
+    }
+
+    fn poison_locked(&self, shared: &mut Shared, e: &crate::error::Error) {
+        tracing_fsync_error(e);
+        shared.poisoned.get_or_insert_with(|| e.to_string());
+        for cv in &self.wake {
+            cv.notify_all();
         }
     }
 

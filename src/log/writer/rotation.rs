@@ -127,8 +127,8 @@ impl Writer {
     /// next segment, as after an open that found the final segment sealed (§3.5, step
     /// 8). Returns whether it sealed one.
     ///
-    /// Under `shared`, the tail moves to the next segment, so every record appended from
-    /// then on (LSN `target` and later) is planned there; once every record before
+    /// Under `shared`, the tail moves past the segment's room, so every record appended
+    /// from then on (LSN `target` and later) is planned in the next segment; once every record before
     /// `target` is written, the seal handing on `target` goes at the end of the data,
     /// unless a leader's rotation sealed the segment first (for a record planned there).
     pub fn seal_active(&self) -> Result<bool> {
@@ -143,9 +143,14 @@ impl Writer {
             if tail.offset <= SEGMENT_HEADER_BYTES as u64 {
                 return Ok(false);
             }
+            // The tail stays in the sealed segment, past its room, as a reopened writer's
+            // does (`Writer::new`): the next record, whatever its size, then goes to the
+            // next segment. Moving the tail to the next segment's start instead sent a
+            // record larger than a segment one further (`reserve` skips a full segment),
+            // past a segment never created.
             shared.tail = crate::log::RecordPos {
-                segment_id: tail.segment_id + 1,
-                offset: SEGMENT_HEADER_BYTES as u64,
+                segment_id: tail.segment_id,
+                offset: tail.offset.max(self.segment_bytes),
             };
             (tail.segment_id, shared.next_lsn)
         };
@@ -154,7 +159,13 @@ impl Writer {
         if io.segment_id != segment || io.file.is_none() {
             return Ok(false);
         }
-        io.seal(segment + 1, target, self)?;
+        if let Err(e) = io.seal(segment + 1, target, self) {
+            // Half a seal may be on disk, or an fsync failed (whose pages the kernel may
+            // have dropped): as after a failed batch, no more writes through this handle.
+            drop(io);
+            self.poison(&e);
+            return Err(e);
+        }
         io.file = None;
         io.sealed_next_lsn = target;
         self.active_segment.store(segment + 1, Ordering::Release);
