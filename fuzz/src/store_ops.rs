@@ -87,6 +87,10 @@ enum Op {
     },
     Reopen,
     Crash(TailDamage),
+    /// A forced compaction pass. The run alternates its two shapes (so that inputs decode
+    /// as before): the first, third, ... leave the active segment as a background pass
+    /// does (`compact_sealed_segments`), the others are `Store::compact`, which seals it
+    /// first and so drops every pruned call's records.
     Compact,
     ReadOnlyView,
 }
@@ -431,6 +435,8 @@ struct Run {
     options: Options,
     store: Option<Store>,
     model: Model,
+    /// Compaction passes run so far; picks the shape of the next (`Op::Compact`).
+    compactions: u32,
 }
 
 /// Decodes the input and runs it; panics where the store and the model disagree.
@@ -461,6 +467,7 @@ fn run(input: &Input) -> Fates {
             keep,
             ..Model::default()
         },
+        compactions: 0,
     };
     run.reopen("the first open");
     for (i, op) in input.ops.iter().take(OPS_MAX).enumerate() {
@@ -563,9 +570,13 @@ impl Run {
                 self.sweep(self.store(), true, what);
             }
             Op::Compact => {
-                self.store()
-                    .compact()
-                    .unwrap_or_else(|e| panic!("{what}: compaction failed: {e}"));
+                let store = self.store();
+                let done = match self.compactions % 2 {
+                    0 => store.compact_sealed_segments(),
+                    _ => store.compact(),
+                };
+                self.compactions += 1;
+                done.unwrap_or_else(|e| panic!("{what}: compaction failed: {e}"));
                 self.model.compacted();
                 self.sweep(self.store(), true, what);
             }
@@ -774,13 +785,12 @@ mod tests {
         ]
     }
 
-    /// The model's open question has both answers within reach. Task a's calls k1 and k3
-    /// finish first; calls of tasks b and c with 300-byte args and results (records are
-    /// not compressed) fill the segment, so it is sealed; k2 finishes in the active one.
-    /// With `keep_checkpoints = 1`, a compaction prunes a's three calls and drops the
-    /// records of k1 and k3; a new `begin_call` of k1 and a reopen (k3, k2) tell.
-    #[test]
-    fn the_model_learns_both_fates_of_a_pruned_call() {
+    /// Task a's calls k1 and k3 finish first; calls of tasks b and c with 300-byte args
+    /// and results (records are not compressed) fill the segment, so it is sealed; k2
+    /// finishes in the active one. With `keep_checkpoints = 1`, the first compaction (it
+    /// leaves the active segment) prunes a's three calls and drops the records of k1 and
+    /// k3; `then` runs next, and a new `begin_call` of k1 and a reopen (k3, k2) tell.
+    fn pruned_calls(then: &[Op]) -> Fates {
         let mut ops: Vec<Op> = [call(0, 0, 3), call(0, 2, 3)].concat();
         for (task, id) in [(1, 0), (1, 1), (1, 2), (2, 0), (2, 1), (2, 2)] {
             ops.extend(call(task, id, 3));
@@ -788,6 +798,7 @@ mod tests {
         ops.extend([commit(), commit()]);
         ops.extend(call(0, 1, 1));
         ops.extend([commit(), commit(), Op::Compact]);
+        ops.extend_from_slice(then);
         ops.push(Op::BeginCall {
             task: 0,
             call: 0,
@@ -802,11 +813,32 @@ mod tests {
             big_segments: false,
             ops,
         };
+        run(&input)
+    }
+
+    /// The model's open question has both answers within reach: k2's records stay in
+    /// the active segment the pass left.
+    #[test]
+    fn the_model_learns_both_fates_of_a_pruned_call() {
+        let fates = pruned_calls(&[]);
         assert_eq!(
-            run(&input),
+            fates,
             Fates {
                 kept: 1,
                 dropped: 2
+            }
+        );
+    }
+
+    /// `Store::compact` seals the active segment first, so k2's records leave too.
+    #[test]
+    fn store_compact_drops_the_pruned_calls_of_the_active_segment() {
+        let fates = pruned_calls(&[Op::Compact]);
+        assert_eq!(
+            fates,
+            Fates {
+                kept: 0,
+                dropped: 3
             }
         );
     }

@@ -108,6 +108,15 @@ impl SegmentHeader {
         };
         let crc = mask_crc(crc32fast::hash(&b[..crc_at]));
         b[crc_at..][..4].copy_from_slice(&crc.to_le_bytes());
+        // The read-back: a header the writer cannot decode again would make its segment
+        // unreadable at the next open. Cheap (once per segment).
+        assert_eq!(
+            SegmentHeader::decode(&b, Path::new("(encoded)"))
+                .ok()
+                .as_ref(),
+            Some(self),
+            "a segment header decodes to what was encoded"
+        );
         b
     }
 

@@ -49,13 +49,17 @@ impl PackedCp {
             ));
         }
         let ms = e.created_at_ms;
-        Ok(PackedCp([
+        let packed = PackedCp([
             offset,
             e.bytes | if e.snapshot { SNAPSHOT_BIT } else { 0 },
             segment as u32,
             (segment >> 32) as u32 | ((ms as u32 & 0xFFFF) << 16),
             (ms >> 16) as u32,
-        ]))
+        ]);
+        // The read-back: every field survives the packing (the range checks above are
+        // what makes this hold).
+        debug_assert_eq!(packed.unpack(), *e, "a packed checkpoint unpacks to itself");
+        Ok(packed)
     }
 
     pub(super) fn unpack(self) -> CpEntry {

@@ -77,6 +77,11 @@ impl TaskData {
             self.first_seq = seq;
         }
         self.checkpoints.push(packed);
+        assert_eq!(
+            self.latest_seq(),
+            seq,
+            "the checkpoint pushed is the latest"
+        );
         if entry.snapshot {
             self.deltas_since_snapshot = 0;
             self.delta_bytes_since_snapshot = 0;
