@@ -9,14 +9,16 @@ read 1 MiB ahead (posix_fadvise), "pad" extends each write with zeros to the end
 
     python3 scripts/cold-write-probe.py [BATCH_BYTES [WRITES]]   (default 1900 1200)
 
-It writes /work/ra-probe.bin or $PROBE_FILE; put it on the disk the store uses.
+It writes $PROBE_FILE (default: target/cold-write-probe.bin in the repository, on the
+disk of the sources; never a tmpfs, where fdatasync costs nothing) and deletes it after.
 """
 import os
 import statistics
 import sys
 import time
 
-PATH = os.environ.get("PROBE_FILE", "/work/ra-probe.bin")
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PATH = os.environ.get("PROBE_FILE", os.path.join(REPO, "target", "cold-write-probe.bin"))
 FILE_BYTES = 16 << 20
 BLOCK_BYTES = 4096
 READ_AHEAD_MIN_BYTES, READ_AHEAD_MAX_BYTES = 512 << 10, 1 << 20
@@ -24,6 +26,7 @@ MODES = ["cold", "willneed", "pad", "warm"]
 
 
 def prepare(warm):
+    os.makedirs(os.path.dirname(PATH), exist_ok=True)
     fd = os.open(PATH, os.O_RDWR | os.O_CREAT | os.O_TRUNC)
     os.pwrite(fd, b"\x5a" * FILE_BYTES, 0)
     os.fsync(fd)

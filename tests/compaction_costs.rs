@@ -1,12 +1,12 @@
 //! What compaction costs and gives back in steady state, with the background compactor
-//! looking at each rotation (DESIGN.md §7.7):
+//! looking at each rotation (docs/store.md §7):
 //!
 //! - write amplification: the bytes compaction passes write stay within the bytes the
 //!   store appended ("each byte rewritten pays for at least one byte reclaimed"), also
 //!   when a large tool-call journal is live, finished or pending;
 //! - recycling: the sealed segment a pass replaces is retired and taken by a later
 //!   rotation, so that in steady state nearly every new segment is a recycled file
-//!   (DESIGN.md §2.6);
+//!   (docs/format.md §6);
 //! - `Store::compact` seals the active segment, so that it compacts a store smaller than
 //!   a segment.
 

@@ -279,14 +279,14 @@ pub struct Stats {
     /// an uncached block (docs/format.md §6). Handed to `write` on top of `bytes_written`;
     /// the disk writes those blocks either way.
     pub fill_bytes_written: u64,
-    /// Bytes of compacted segments written by compaction passes (DESIGN.md §7.7), on top
+    /// Bytes of compacted segments written by compaction passes (docs/store.md §7), on top
     /// of `bytes_written`: `(bytes_written + compaction_bytes_written) / bytes_written` is
     /// the write amplification compaction adds.
     pub compaction_bytes_written: u64,
     /// Segments this handle started (rotations), new files and recycled ones.
     pub segments_created: u64,
     /// Of [`segments_created`](Self::segments_created), those made from a retired file
-    /// (DESIGN.md §2.6): no zeros to write ahead, no extents to convert.
+    /// (docs/format.md §6): no zeros to write ahead, no extents to convert.
     pub segments_recycled: u64,
     /// Bytes of the records the index holds (checkpoints and tool calls). Checkpoints that
     /// retention no longer serves count here until a compaction pass forgets them (as in

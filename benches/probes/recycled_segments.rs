@@ -10,7 +10,7 @@
 //!   rotations).
 //!
 //! ```text
-//! cargo run --release --example recycled_segments [-- DIR]
+//! cargo bench --bench recycled_segments [-- DIR]
 //! ```
 //!
 //! Every run gets its own directory under DIR (default: the crate's `target`; never a
@@ -24,8 +24,8 @@ use std::time::{Duration, Instant};
 
 use agentwal::{AgentDelta, Compression, Message, Options, Store, SyncMode};
 
-#[path = "../benches/common/mod.rs"]
-#[allow(dead_code)] // the example uses only its median
+#[path = "../common/mod.rs"]
+#[allow(dead_code)] // the probe uses only its median
 mod common;
 
 const SEGMENT_BYTES: u64 = 4 << 20;
@@ -154,10 +154,14 @@ fn run(dir: &Path, threads: usize, steps: usize) -> Run {
 }
 
 fn main() {
-    let base = std::env::args().nth(1).map_or_else(
-        || PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target"),
-        PathBuf::from,
-    );
+    // `cargo bench` appends `--bench` to the arguments.
+    let base = std::env::args()
+        .skip(1)
+        .find(|a| !a.starts_with('-'))
+        .map_or_else(
+            || PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target"),
+            PathBuf::from,
+        );
     let (reps, steps, threads) = (env("REPS", 8), env("STEPS", 200), env("THREADS", 64));
     let root = base.join(format!("recycled-segments-{}", std::process::id()));
     let mut fresh = (Vec::new(), Vec::new());

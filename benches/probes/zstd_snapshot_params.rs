@@ -4,7 +4,7 @@
 //! each candidate's context, reused as the store reuses its thread's context.
 //!
 //! ```text
-//! cargo run --release --example zstd_snapshot_params [-- CANDIDATE]
+//! cargo bench --bench zstd_snapshot_params [-- CANDIDATE]
 //! ```
 //!
 //! With a CANDIDATE name only that one runs (for `valgrind --tool=callgrind`, whose
@@ -12,10 +12,10 @@
 //! every candidate once per round in a rotating order; the time is the median of the
 //! rounds' per-body mean, the range beside it.
 
-#[path = "../benches/common/mod.rs"]
+#[path = "../common/mod.rs"]
 #[allow(dead_code)] // the probe uses only its text helper
 mod common;
-#[path = "../benches/workload/generator.rs"]
+#[path = "../workload/generator.rs"]
 #[allow(dead_code)]
 mod generator;
 

@@ -2,7 +2,7 @@
 //! `write` + `sync_data` appending records of the same size to one file.
 //!
 //! ```text
-//! cargo run --release --example append_vs_plain [-- DIR]
+//! cargo bench --bench append_vs_plain [-- DIR]
 //! ```
 //!
 //! Every case runs in a fresh temporary directory under DIR (default: the crate's `target`
@@ -102,8 +102,10 @@ impl Sample {
 }
 
 fn main() {
+    // `cargo bench` appends `--bench` to the arguments.
     let base = std::env::args_os()
-        .nth(1)
+        .skip(1)
+        .find(|a| !a.to_string_lossy().starts_with('-'))
         .map(PathBuf::from)
         .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("target"));
     let rounds: usize = env_or("ROUNDS", 5).max(1);
