@@ -27,14 +27,12 @@ processes and hosts can take a thread's turns one after another, on one store.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import random
 import threading
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import ExitStack
 from typing import Any, Dict, List, Optional, Tuple, Union
-from urllib.parse import quote, unquote
 
 try:
     from langchain_core.runnables import RunnableConfig
@@ -48,20 +46,33 @@ try:
         SerializerProtocol,
         get_checkpoint_id,
         get_checkpoint_metadata,
-        writes_sort_key,
     )
 except ImportError as e:  # pragma: no cover - exercised only without langgraph
     raise ImportError(
         "agentwal.langgraph needs langgraph-checkpoint 4.x: pip install 'langgraph-checkpoint>=4,<5'"
     ) from e
 
-from ._agentwal import TASK_ID_BYTES_MAX, PgStore, Store
-from ._lg_index import _CP, _LIST, TaskIndex as _TaskIndex, blob_key, write_key
+from ._agentwal import PgStore, Store
 from ._errors import ConflictError, UnknownTaskError
+from ._lg_async import AsyncTwins
+from ._lg_index import _CP, _LIST, TaskIndex as _TaskIndex, blob_key, write_key
+from ._lg_names import (
+    check_thread_id,
+    ns_of,
+    parse_task_name,
+    task_name,
+    thread_id_of,
+)
+from ._lg_values import (
+    checkpoint_tuple,
+    delta_channel_history,
+    list_prefix,
+    parent_versions,
+    unset_delta,
+)
 
 __all__ = ["AgentwalSaver"]
 
-_TASK_PREFIX = "lg:"
 # Locks striped over task names: operations on one task are serialized, those on different
 # tasks (mostly) run concurrently, so that their commits share fsyncs.
 _STRIPES = 512
@@ -74,80 +85,7 @@ _PG_SCHEMES = ("postgres://", "postgresql://")
 _CONFLICT_RETRIES = 64
 
 
-def _task_name(thread_id: str, checkpoint_ns: str) -> str:
-    name = f"{_TASK_PREFIX}{quote(thread_id, safe='')}:{quote(checkpoint_ns, safe='')}"
-    if len(name.encode()) > TASK_ID_BYTES_MAX:
-        raise ValueError(
-            f"thread_id and checkpoint_ns are too long for agentwal: the task name "
-            f"{name[:60]!r}... is {len(name.encode())} bytes, the limit is {TASK_ID_BYTES_MAX}"
-        )
-    return name
-
-
-def _parse_task_name(name: str) -> Optional[Tuple[str, str]]:
-    """``(thread_id, checkpoint_ns)`` of a saver task; None for any other task of the store."""
-    if not name.startswith(_TASK_PREFIX):
-        return None
-    parts = name[len(_TASK_PREFIX) :].split(":")
-    if len(parts) != 2:
-        return None
-    return unquote(parts[0]), unquote(parts[1])
-
-
-def _thread_id_of(config: Any, what: str = "config") -> str:
-    if not isinstance(config, dict) or not isinstance(config.get("configurable"), dict):
-        raise ValueError(f"{what} must be a dict with a 'configurable' dict, got {config!r}")
-    thread_id = config["configurable"].get("thread_id")
-    if thread_id is None:
-        raise ValueError(f"{what}['configurable'] has no 'thread_id'")
-    return _check_thread_id(thread_id)
-
-
-def _check_thread_id(thread_id: Any) -> str:
-    if isinstance(thread_id, bool) or not isinstance(thread_id, (str, int)):
-        raise TypeError(f"thread_id must be a str (or an int), got {type(thread_id).__name__}")
-    thread_id = str(thread_id)
-    if not thread_id:
-        raise ValueError("thread_id is empty")
-    _check_utf8("thread_id", thread_id)
-    return thread_id
-
-
-def _check_utf8(what: str, text: str) -> None:
-    """Task names are UTF-8: a str with a lone surrogate gets a clear ValueError here
-    instead of a UnicodeEncodeError from deep inside quoting."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as e:
-        raise ValueError(
-            f"{what} {text[:60]!r} is not valid Unicode text (a lone surrogate at "
-            f"position {e.start}): agentwal names its tasks in UTF-8"
-        ) from None
-
-
-def _ns_of(config: Dict[str, Any]) -> str:
-    ns = config["configurable"].get("checkpoint_ns", "")
-    if ns is None:
-        ns = ""
-    if not isinstance(ns, str):
-        raise TypeError(f"checkpoint_ns must be a str, got {type(ns).__name__}")
-    _check_utf8("checkpoint_ns", ns)
-    return ns
-
-
-def _unset(
-    idx: _TaskIndex, cids: List[str], blobs: Sequence[Tuple[str, Any]] = ()
-) -> Optional[Dict[str, Any]]:
-    """The delta removing checkpoints ``cids`` with their writes, and ``blobs``; None if it
-    would remove nothing."""
-    keys = [_CP + cid for cid in cids]
-    for cid in cids:
-        keys += [write_key(cid, t, i) for (t, i) in idx.writes(cid)]
-    keys += [blob_key(ch, v) for ch, v in blobs]
-    return {"unset": keys} if keys else None
-
-
-class AgentwalSaver(BaseCheckpointSaver[str]):
+class AgentwalSaver(AsyncTwins, BaseCheckpointSaver[str]):
     """A LangGraph checkpoint saver that stores checkpoints in an agentwal store.
 
     ``store`` is an open :class:`agentwal.Store` or :class:`agentwal.PgStore` (the saver uses
@@ -305,91 +243,30 @@ class AgentwalSaver(BaseCheckpointSaver[str]):
     def _saver_tasks(self) -> List[Tuple[str, str, str]]:
         out = []
         for name in self.store.tasks():
-            parsed = _parse_task_name(name)
+            parsed = parse_task_name(name)
             if parsed is not None:
                 out.append((name, parsed[0], parsed[1]))
         return out
-
-    def _tuple(
-        self,
-        idx: _TaskIndex,
-        thread_id: str,
-        ns: str,
-        cid: str,
-        metadata: Optional[CheckpointMetadata] = None,
-        config: Optional[RunnableConfig] = None,
-    ) -> CheckpointTuple:
-        entry = idx.cp(cid)
-        assert entry is not None, cid
-        checkpoint = self.serde.loads_typed(entry.checkpoint)
-        values: Dict[str, Any] = {}
-        for channel, version in checkpoint["channel_versions"].items():
-            found, value = self._value(idx, channel, version)
-            if found:
-                values[channel] = value
-        pending = self._pending(idx, cid)
-        return CheckpointTuple(
-            config=config
-            or {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": cid}},
-            checkpoint={**checkpoint, "channel_values": values},
-            metadata=metadata if metadata is not None else self.serde.loads_typed(entry.metadata),
-            parent_config=(
-                {
-                    "configurable": {
-                        "thread_id": thread_id,
-                        "checkpoint_ns": ns,
-                        "checkpoint_id": entry.parent,
-                    }
-                }
-                if entry.parent
-                else None
-            ),
-            pending_writes=pending,
-        )
-
-    def _value(self, idx: _TaskIndex, channel: str, version: Any) -> Tuple[bool, Any]:
-        """``(True, value)`` of the blob ``(channel, version)``; ``(False, None)`` if there is
-        none or it is empty."""
-        blob = idx.blob(channel, version)
-        if blob is None or blob[0] == "empty":
-            return False, None
-        if blob[0] != _LIST:
-            return True, self.serde.loads_typed(blob)
-        items = idx.items(channel, version)
-        if items is None:
-            raise ValueError(
-                f"channel {channel!r} version {version!r}: a base of its list is missing"
-            )
-        return True, [self.serde.loads_typed(i) for i in items]
-
-    def _pending(self, idx: _TaskIndex, cid: str) -> List[Tuple[str, str, Any]]:
-        """The writes stored at checkpoint ``cid``, as ``(task_id, channel, value)``, in
-        ``writes_sort_key`` order."""
-        writes = idx.writes(cid)
-        return [
-            (w[0], w[1], self.serde.loads_typed(w[2]))
-            for _, w in sorted(writes.items(), key=lambda kv: writes_sort_key(kv[1][3], *kv[0]))
-        ]
 
     # -- the saver interface -----------------------------------------------------------
 
     def get_tuple(self, config: RunnableConfig) -> Optional[CheckpointTuple]:
         """The checkpoint of ``config`` (its ``checkpoint_id``, else the namespace's newest,
         i.e. the largest id), with its channel values and pending writes; None if absent."""
-        thread_id = _thread_id_of(config)
-        ns = _ns_of(config)
-        task = _task_name(thread_id, ns)
+        thread_id = thread_id_of(config)
+        ns = ns_of(config)
+        task = task_name(thread_id, ns)
         with self._locked([task]):
             idx = self._task(task)
             cid = get_checkpoint_id(config)
             if cid:
                 if idx.cp(cid) is None:
                     return None
-                return self._tuple(idx, thread_id, ns, cid, config=config)
+                return checkpoint_tuple(self.serde, idx, thread_id, ns, cid, config=config)
             latest = idx.latest()
             if latest is None:
                 return None
-            return self._tuple(idx, thread_id, ns, latest)
+            return checkpoint_tuple(self.serde, idx, thread_id, ns, latest)
 
     def list(
         self,
@@ -422,11 +299,11 @@ class AgentwalSaver(BaseCheckpointSaver[str]):
             tasks = self._saver_tasks()
             want_id = None
         else:
-            thread_id = _thread_id_of(config)
+            thread_id = thread_id_of(config)
             want_id = get_checkpoint_id(config)
             if config["configurable"].get("checkpoint_ns") is not None:
-                ns = _ns_of(config)
-                tasks = [(_task_name(thread_id, ns), thread_id, ns)]
+                ns = ns_of(config)
+                tasks = [(task_name(thread_id, ns), thread_id, ns)]
             else:
                 tasks = [t for t in self._saver_tasks() if t[1] == thread_id]
         with self._locked(t[0] for t in tasks):
@@ -447,7 +324,7 @@ class AgentwalSaver(BaseCheckpointSaver[str]):
                 metadata = self.serde.loads_typed(idx.cp(cid).metadata)
                 if filter and not all(metadata.get(k) == v for k, v in filter.items()):
                     continue
-                out.append(self._tuple(idx, thread_id, ns, cid, metadata=metadata))
+                out.append(checkpoint_tuple(self.serde, idx, thread_id, ns, cid, metadata=metadata))
             return out
 
     def get_delta_channel_history(
@@ -463,43 +340,12 @@ class AgentwalSaver(BaseCheckpointSaver[str]):
             raise TypeError("channels must be a sequence of channel names, not one str")
         if not channels:
             return {}
-        thread_id = _thread_id_of(config)
-        ns = _ns_of(config)
-        task = _task_name(thread_id, ns)
-        collected: Dict[str, List[Tuple[str, str, Any]]] = {c: [] for c in channels}
-        seeds: Dict[str, Any] = {}
-        remaining = set(channels)
+        thread_id = thread_id_of(config)
+        task = task_name(thread_id, ns_of(config))
         with self._locked([task]):
             idx = self._task(task)
             cid = get_checkpoint_id(config) or idx.latest()
-            target = idx.cp(cid)
-            current = target.parent if target is not None else None
-            seen = set()
-            while current is not None and remaining and current not in seen:
-                seen.add(current)
-                entry = idx.cp(current)
-                if entry is None:  # pruned or never stored: the chain ends here
-                    break
-                versions = self.serde.loads_typed(entry.checkpoint).get("channel_versions", {})
-                here = {}
-                for ch in remaining:
-                    if ch in versions:
-                        found, value = self._value(idx, ch, versions[ch])
-                        if found:
-                            here[ch] = value
-                for write in reversed(self._pending(idx, current)):
-                    if write[1] in remaining:
-                        collected[write[1]].append(write)
-                for ch, value in here.items():
-                    seeds[ch] = value
-                    remaining.discard(ch)
-                current = entry.parent
-        out: Dict[str, Dict[str, Any]] = {}
-        for ch in channels:
-            out[ch] = {"writes": list(reversed(collected[ch]))}
-            if ch in seeds:
-                out[ch]["seed"] = seeds[ch]
-        return out
+            return delta_channel_history(self.serde, idx, cid, channels)
 
     def put(
         self,
@@ -510,8 +356,8 @@ class AgentwalSaver(BaseCheckpointSaver[str]):
     ) -> RunnableConfig:
         """Stores ``checkpoint`` (child of ``config``'s ``checkpoint_id``) in one commit, with
         a blob for each channel of ``new_versions`` only; returns the checkpoint's config."""
-        thread_id = _thread_id_of(config)
-        ns = _ns_of(config)
+        thread_id = thread_id_of(config)
+        ns = ns_of(config)
         if not isinstance(checkpoint, dict) or not isinstance(checkpoint.get("id"), str):
             raise ValueError("checkpoint must be a dict with a str 'id'")
         cid = checkpoint["id"]
@@ -533,7 +379,7 @@ class AgentwalSaver(BaseCheckpointSaver[str]):
 
         def build(idx: _TaskIndex) -> Dict[str, Any]:
             sets: Dict[str, Any] = {}
-            parent_versions: Optional[Dict[str, Any]] = None  # read once, if a list needs it
+            parents: Optional[Dict[str, Any]] = None  # read once, if a list needs it
             for channel, version in new_versions.items():
                 key = blob_key(channel, version)
                 if channel not in serialized:
@@ -541,50 +387,19 @@ class AgentwalSaver(BaseCheckpointSaver[str]):
                 elif type(values[channel]) is not list:
                     sets[key] = list(serialized[channel])
                 else:
-                    if parent_versions is None:
-                        parent_versions = self._parent_versions(idx, parent)
-                    base, items = self._prefix(
-                        idx, channel, version, parent_versions, serialized[channel]
+                    if parents is None:
+                        parents = parent_versions(self.serde, idx, parent)
+                    base, items = list_prefix(
+                        idx, channel, version, parents, serialized[channel]
                     )
                     sets[key] = [_LIST, base, [list(i) for i in items]]
             sets[_CP + cid] = [[ct, cb], [mt, mb], parent]
             return {"set": sets}
 
-        task = _task_name(thread_id, ns)
+        task = task_name(thread_id, ns)
         with self._locked([task]):
             self._commit(task, build)
         return {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": cid}}
-
-    def _parent_versions(self, idx: _TaskIndex, parent: Optional[str]) -> Dict[str, Any]:
-        """The channel versions of checkpoint ``parent`` as ``idx`` holds it ({} if absent)."""
-        entry = idx.cp(parent) if parent else None
-        if entry is None:
-            return {}
-        return self.serde.loads_typed(entry.checkpoint).get("channel_versions", {})
-
-    def _prefix(
-        self,
-        idx: _TaskIndex,
-        channel: str,
-        version: Any,
-        parent_versions: Dict[str, Any],
-        items: List[Tuple[str, bytes]],
-    ) -> Tuple[Any, List[Tuple[str, bytes]]]:
-        """The prefix rule: the parent's version of this list, if its items are a byte
-        prefix of ``items``, is the base, and only the items after it are stored. Returns
-        ``(base or None, items to store)``."""
-        pv = parent_versions.get(channel)
-        if (
-            pv is not None
-            and pv != version
-            # Overwriting a version (never done by LangGraph) must not close a loop.
-            and (idx.blob(channel, version) is None
-                 or (channel, version) not in idx.bases(channel, pv))
-        ):
-            prev = idx.items(channel, pv)
-            if prev is not None and len(prev) <= len(items) and prev == tuple(items[: len(prev)]):
-                return pv, items[len(prev) :]
-        return None, items
 
     def put_writes(
         self,
@@ -596,8 +411,8 @@ class AgentwalSaver(BaseCheckpointSaver[str]):
         """Stores ``task_id``'s writes at ``config``'s checkpoint in one commit. A write is
         keyed by ``(task_id, idx)``; ordinary ones are insert-or-ignore, the special channels
         of ``WRITES_IDX_MAP`` (negative idx) replace."""
-        thread_id = _thread_id_of(config)
-        ns = _ns_of(config)
+        thread_id = thread_id_of(config)
+        ns = ns_of(config)
         cid = config["configurable"].get("checkpoint_id")
         if not cid:
             raise ValueError("put_writes: config['configurable'] has no 'checkpoint_id'")
@@ -623,14 +438,14 @@ class AgentwalSaver(BaseCheckpointSaver[str]):
                 ]
             return {"set": sets} if sets else None
 
-        task = _task_name(thread_id, ns)
+        task = task_name(thread_id, ns)
         with self._locked([task]):
             self._commit(task, build)
 
     def delete_thread(self, thread_id: str) -> None:
         """Deletes every checkpoint, blob and write of ``thread_id``, in every namespace (one
         agentwal task each; the space is reclaimed by compaction)."""
-        thread_id = _check_thread_id(thread_id)
+        thread_id = check_thread_id(thread_id)
         tasks = [t for t in self._saver_tasks() if t[1] == thread_id]
         with self._locked(t[0] for t in tasks):
             for task, _, _ in tasks:
@@ -649,8 +464,8 @@ class AgentwalSaver(BaseCheckpointSaver[str]):
         to ``target_thread_id``: one ``Store.fork`` per namespace (no value is re-serialized;
         the fork's first record is a snapshot of the source task's state). A source without
         checkpoints copies nothing. ``ValueError`` if the target thread already has any."""
-        src = _check_thread_id(source_thread_id)
-        dst = _check_thread_id(target_thread_id)
+        src = check_thread_id(source_thread_id)
+        dst = check_thread_id(target_thread_id)
         if src == dst:
             raise ValueError("copy_thread: source and target are the same thread")
         with self._locked(None):  # all tasks: the check and the forks are one step
@@ -662,7 +477,7 @@ class AgentwalSaver(BaseCheckpointSaver[str]):
                     continue
                 seq = self._task(task).seq
                 if seq:
-                    new = _task_name(dst, ns)
+                    new = task_name(dst, ns)
                     self.store.fork(task, seq, new)
                     self._index.pop(new, None)
 
@@ -682,7 +497,7 @@ class AgentwalSaver(BaseCheckpointSaver[str]):
                 for cid in idx.cids()
                 if self.serde.loads_typed(idx.cp(cid).metadata).get("run_id") in runs
             ]
-            return _unset(idx, doomed)
+            return unset_delta(idx, doomed)
 
         with self._locked(None):
             for task, _, _ in self._saver_tasks():
@@ -698,7 +513,7 @@ class AgentwalSaver(BaseCheckpointSaver[str]):
             raise TypeError("thread_ids must be a sequence of thread ids, not one str")
         if strategy not in ("keep_latest", "delete"):
             raise ValueError(f"prune: strategy must be 'keep_latest' or 'delete', got {strategy!r}")
-        threads = {_check_thread_id(t) for t in thread_ids}
+        threads = {check_thread_id(t) for t in thread_ids}
         if not threads:
             return
         def keep_latest(idx: _TaskIndex) -> Optional[Dict[str, Any]]:
@@ -709,7 +524,7 @@ class AgentwalSaver(BaseCheckpointSaver[str]):
             doomed = cids[:-1]
             versions = self.serde.loads_typed(idx.cp(latest).checkpoint)["channel_versions"]
             keep = {k for ch, v in versions.items() for k in idx.bases(ch, v)}
-            return _unset(idx, doomed, [b for b in idx.blob_ids() if b not in keep])
+            return unset_delta(idx, doomed, [b for b in idx.blob_ids() if b not in keep])
 
         with self._locked(None):
             for task, tid, _ in self._saver_tasks():
@@ -730,68 +545,3 @@ class AgentwalSaver(BaseCheckpointSaver[str]):
         else:
             current_v = int(str(current).split(".")[0])
         return f"{current_v + 1:032}.{random.random():016}"
-
-    # -- async twins: the sync methods in a worker thread ------------------------------
-
-    async def aget_tuple(self, config: RunnableConfig) -> Optional[CheckpointTuple]:
-        """:meth:`get_tuple` in a worker thread."""
-        return await asyncio.to_thread(self.get_tuple, config)
-
-    async def aget_delta_channel_history(
-        self, *, config: RunnableConfig, channels: Sequence[str]
-    ) -> Dict[str, Dict[str, Any]]:
-        """:meth:`get_delta_channel_history` in a worker thread."""
-        return await asyncio.to_thread(
-            lambda: self.get_delta_channel_history(config=config, channels=channels)
-        )
-
-    async def alist(
-        self,
-        config: Optional[RunnableConfig],
-        *,
-        filter: Optional[Dict[str, Any]] = None,
-        before: Optional[RunnableConfig] = None,
-        limit: Optional[int] = None,
-    ) -> AsyncIterator[CheckpointTuple]:
-        """:meth:`list` in a worker thread (the whole result at once), then yielded."""
-        items = await asyncio.to_thread(
-            lambda: list(self.list(config, filter=filter, before=before, limit=limit))
-        )
-        for item in items:
-            yield item
-
-    async def aput(
-        self,
-        config: RunnableConfig,
-        checkpoint: Checkpoint,
-        metadata: CheckpointMetadata,
-        new_versions: ChannelVersions,
-    ) -> RunnableConfig:
-        """:meth:`put` in a worker thread."""
-        return await asyncio.to_thread(self.put, config, checkpoint, metadata, new_versions)
-
-    async def aput_writes(
-        self,
-        config: RunnableConfig,
-        writes: Sequence[Tuple[str, Any]],
-        task_id: str,
-        task_path: str = "",
-    ) -> None:
-        """:meth:`put_writes` in a worker thread."""
-        await asyncio.to_thread(self.put_writes, config, writes, task_id, task_path)
-
-    async def adelete_thread(self, thread_id: str) -> None:
-        """:meth:`delete_thread` in a worker thread."""
-        await asyncio.to_thread(self.delete_thread, thread_id)
-
-    async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
-        """:meth:`copy_thread` in a worker thread."""
-        await asyncio.to_thread(self.copy_thread, source_thread_id, target_thread_id)
-
-    async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
-        """:meth:`delete_for_runs` in a worker thread."""
-        await asyncio.to_thread(self.delete_for_runs, run_ids)
-
-    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
-        """:meth:`prune` in a worker thread."""
-        await asyncio.to_thread(self.prune, thread_ids, strategy=strategy)
