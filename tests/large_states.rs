@@ -24,7 +24,7 @@
 //! fork (another 640 MiB), compact and reopen: minutes and gigabytes, not a CI test; the
 //! placement rule does not depend on the segment size (`tests/log_basic.rs` checks an
 //! oversized record with small segments, `tests/store_api.rs` a commit of one).
-//! `tests/kill9.rs` SIGKILLs a writer of states of up to 11 segments.
+//! `tests/kill9/` SIGKILLs a writer of states of up to 11 segments.
 
 mod common;
 

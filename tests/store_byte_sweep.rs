@@ -25,7 +25,7 @@
 //! The expected answers (task ids, latest seq and state, checkpoints, pending calls, call
 //! results) after each prefix of operations come from the same operations run live on a
 //! second store with `SyncMode::Never`. Every open runs under `catch_unwind`; a panic is a
-//! failure. The log-level sweeps are in `tests/log_faults.rs`.
+//! failure. The log-level sweeps are in `tests/log_faults/`.
 
 mod common;
 
