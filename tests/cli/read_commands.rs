@@ -1,69 +1,15 @@
-//! The `agentwal` binary, run as users run it.
-
-mod common;
+//! Read commands: their JSON, beside another process's commits or a compacting writer,
+//! and on stores of another state type.
 
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Command;
 
-use agentwal::{AgentDelta, Message, Options, State, Store};
-use common::env::env_u64;
-use common::states::Padded;
-use serde::{Deserialize, Serialize};
+use crate::common::env::env_u64;
+use crate::common::states::Padded;
+use agentwal::{AgentDelta, Message, Options, Store};
 use serde_json::Value as J;
 
-fn agentwal(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_agentwal"))
-        .args(args)
-        .output()
-        .expect("run agentwal")
-}
-
-fn json(args: &[&str]) -> J {
-    let mut all = args.to_vec();
-    all.push("--json");
-    let out = agentwal(&all);
-    assert!(
-        out.status.success(),
-        "{args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).expect("valid JSON")
-}
-
-fn stderr(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
-}
-
-fn make_store(dir: &Path) {
-    let store: Store = Store::open_with(
-        dir,
-        Options {
-            snapshot_every: 3,
-            ..Options::default()
-        },
-    )
-    .unwrap();
-    for i in 1..=7i64 {
-        let d = AgentDelta::default()
-            .message(Message::assistant(format!("step {i}")).with_tool_call(
-                format!("c{i}"),
-                "lookup",
-                i,
-            ))
-            .message(Message::tool(format!("c{i}"), "found"))
-            .set("step", i);
-        store.commit("alpha", &d).unwrap();
-    }
-    store
-        .commit("beta", &AgentDelta::default().message(Message::user("hi")))
-        .unwrap();
-    store.fork("alpha", 4, "alpha-branch").unwrap();
-    store
-        .begin_call("alpha", "c8", "send_email", b"to=bob")
-        .unwrap();
-    store.begin_call("alpha", "c9", "charge", b"42").unwrap();
-    store.finish_call("alpha", "c9", b"charged").unwrap();
-}
+use crate::helpers::{agentwal, json, make_store, stderr};
 
 #[test]
 fn read_commands_json_round_trip() {
@@ -153,74 +99,6 @@ fn read_commands_json_round_trip() {
 }
 
 #[test]
-fn verify_exits_1_naming_the_segment_of_a_flipped_bit() {
-    let dir = tempfile::tempdir().unwrap();
-    make_store(dir.path());
-    let seg = dir.path().join(format!("{:020}.wal", 1));
-    let mut bytes = std::fs::read(&seg).unwrap();
-    bytes[200] ^= 0x01; // inside an early, acknowledged record
-    std::fs::write(&seg, &bytes).unwrap();
-    let out = agentwal(&["verify", dir.path().to_str().unwrap()]);
-    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
-    assert!(
-        stderr(&out).contains("00000000000000000001.wal"),
-        "{}",
-        stderr(&out)
-    );
-    let out = agentwal(&["verify", dir.path().to_str().unwrap(), "--json"]);
-    assert_eq!(out.status.code(), Some(1));
-    let report: J = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(report["ok"], false);
-    assert!(
-        report["error"]["segment"]
-            .as_str()
-            .unwrap()
-            .ends_with("00000000000000000001.wal")
-    );
-    assert!(report["error"]["offset"].as_u64().unwrap() <= 200);
-    // Other read commands fail with the location, without a panic.
-    let out = agentwal(&["tasks", dir.path().to_str().unwrap()]);
-    assert_eq!(out.status.code(), Some(1));
-    assert!(
-        stderr(&out).contains("00000000000000000001.wal") && !stderr(&out).contains("panicked")
-    );
-}
-
-#[test]
-fn bad_input_gets_one_line_errors() {
-    let dir = tempfile::tempdir().unwrap();
-    make_store(dir.path());
-    let d = dir.path().to_str().unwrap();
-    let missing = dir.path().join("missing");
-    let not_store = tempfile::tempdir().unwrap();
-    std::fs::write(not_store.path().join("notes.txt"), b"x").unwrap();
-    let cases: Vec<Vec<&str>> = vec![
-        vec!["tasks", missing.to_str().unwrap()],
-        vec!["tasks", not_store.path().to_str().unwrap()],
-        vec!["compact", missing.to_str().unwrap()],
-        vec!["show", d, "nope"],
-        vec!["show", d, "alpha", "--seq", "99"],
-        vec!["history", d, "nope"],
-        vec!["show", d],
-    ];
-    for args in cases {
-        let out = agentwal(&args);
-        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", stderr(&out));
-        let err = stderr(&out);
-        assert!(!err.contains("panicked"), "{args:?}: {err}");
-        if args.len() > 2 {
-            assert_eq!(err.trim().lines().count(), 1, "{args:?}: {err}");
-        }
-    }
-    assert!(!missing.exists(), "compact must not create a store");
-    // compact while a writer holds the lock says so.
-    let _writer: Store = Store::open(dir.path()).unwrap();
-    let out = agentwal(&["compact", d]);
-    assert_eq!(out.status.code(), Some(2));
-    assert!(stderr(&out).contains("running writer"), "{}", stderr(&out));
-}
-
-#[test]
 fn read_commands_work_while_another_process_commits() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path().to_str().unwrap();
@@ -250,20 +128,6 @@ fn read_commands_work_while_another_process_commits() {
     writer.kill().unwrap();
     writer.wait().unwrap();
     assert!(last > 0);
-}
-
-#[test]
-fn demo_resumes_after_sigkill_with_side_effects_exactly_once() {
-    let out = agentwal(&["demo", "--steps", "10", "--crash-at", "4", "--json"]);
-    assert!(out.status.success(), "{}", stderr(&out));
-    let r: J = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(r["checkpoint_after_crash"], 4);
-    assert_eq!(r["resumed_at_step"], 5);
-    assert_eq!(r["messages_intact_after_crash"], true);
-    assert_eq!(r["final_seq"], 10);
-    assert_eq!(r["duplicate_side_effects"], 0);
-    assert_eq!(r["exactly_once"], true);
-    assert_eq!(r["emails_sent"], r["emails_expected"]);
 }
 
 /// Task "counter": 5 commits of `Padded` (snapshots and deltas) and one finished call.
@@ -386,62 +250,6 @@ fn read_commands_work_on_a_store_of_another_state_type() {
     );
 }
 
-#[test]
-fn verify_exits_2_on_an_io_error() {
-    let dir = tempfile::tempdir().unwrap();
-    make_store(dir.path());
-    let d = dir.path().to_str().unwrap();
-    // A directory where a segment file should be: reading it fails with EISDIR, an I/O
-    // error (the tests run as root, so taking permissions away would not stop a read).
-    let seg = dir.path().join(format!("{:020}.wal", 1));
-    std::fs::remove_file(&seg).unwrap();
-    std::fs::create_dir(&seg).unwrap();
-    let out = agentwal(&["verify", d]);
-    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
-    assert!(stderr(&out).contains("I/O error"), "{}", stderr(&out));
-    let out = agentwal(&["verify", d, "--json"]);
-    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
-}
-
-/// `Padded` under a newer schema version than the CLI's `AgentState` (1).
-#[derive(Debug, Default, Clone, PartialEq, Serialize, Deserialize)]
-struct PaddedV2(Padded);
-
-impl State for PaddedV2 {
-    type Delta = PaddedV2;
-    const VERSION: u32 = 2;
-    fn apply(&mut self, delta: &PaddedV2) {
-        *self = delta.clone();
-    }
-}
-
-#[test]
-fn verify_and_show_do_not_call_another_schema_version_corruption() {
-    // AgentState refuses a body of schema version 2 with SchemaMismatch, an error that is
-    // not corruption: verify must not exit 1 on it.
-    let dir = tempfile::tempdir().unwrap();
-    let d = dir.path().to_str().unwrap();
-    let store: Store<PaddedV2> = Store::open(dir.path()).unwrap();
-    for n in 1..=3 {
-        let state = PaddedV2(Padded { n, pad: vec![1; 8] });
-        store.commit("v2", &state).unwrap();
-    }
-    drop(store);
-    let out = agentwal(&["verify", d]);
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert_eq!(out.status.code(), Some(0), "{text}{}", stderr(&out));
-    assert!(
-        text.contains("3 checkpoint bodies not decoded (schema version 2)"),
-        "{text}"
-    );
-    let show = json(&["show", d, "v2"]);
-    assert_eq!(
-        (&show["seq"], &show["schema_version"]),
-        (&J::from(3), &J::from(2))
-    );
-    assert!(show["state"].is_null());
-}
-
 /// Seconds the CLI-beside-a-writer loop runs (`AGENTWAL_CLI_STRESS_SECS`, default 4; the
 /// long run in `scripts/torture.sh` sets more).
 fn cli_stress_secs() -> u64 {
@@ -542,76 +350,4 @@ fn read_commands_beside_a_compacting_writer_answer_correctly_every_time() {
     }
     eprintln!("{runs} rounds of verify, tasks, show and calls; all right, all exit 0");
     assert!(runs > 0);
-}
-
-#[cfg(not(feature = "postgres"))]
-#[test]
-fn a_postgres_url_without_the_feature_says_to_build_with_it() {
-    for args in [
-        vec!["tasks", "postgres://u@/db?host=/tmp"],
-        vec!["history", "--pg", "host=/tmp", "t"],
-        vec!["migrate", "/tmp", "postgresql://u@h/db"],
-    ] {
-        let out = agentwal(&args);
-        assert_eq!(out.status.code(), Some(2), "{args:?}");
-        let err = stderr(&out);
-        assert!(err.contains("--features postgres"), "{args:?}: {err}");
-        assert!(!err.contains("not an agentwal store"), "{err}");
-    }
-}
-
-/// `dump` and `verify` say how bodies are stored: the codec and both sizes of each
-/// compressed checkpoint body, and how many are compressed; `show` reads through them.
-#[test]
-#[cfg(feature = "zstd")]
-fn dump_and_verify_show_compressed_bodies() {
-    let dir = tempfile::tempdir().unwrap();
-    {
-        // Compressed at commit, deltas too (the default leaves bodies to compaction).
-        let options = agentwal::Options {
-            compression: agentwal::Compression::Zstd {
-                level: agentwal::ZSTD_LEVEL_DEFAULT,
-                deltas: true,
-            },
-            ..agentwal::Options::default()
-        };
-        let store: Store = Store::open_with(dir.path(), options).unwrap();
-        for i in 1..=6i64 {
-            let text =
-                format!("step {i}: the agent found three pages about the weather; ").repeat(20);
-            let d = AgentDelta::default().message(Message::tool(format!("c{i}"), text));
-            store.commit("zeta", &d).unwrap();
-        }
-    }
-    let d = dir.path().to_str().unwrap();
-    let dump = json(&["dump", d]);
-    let records = dump["records"].as_array().unwrap();
-    assert_eq!(records.len(), 6);
-    for r in records {
-        let body = &r["body"];
-        assert_eq!(body["codec"], "zstd", "{r}");
-        assert!(
-            body["stored_bytes"].as_u64() < body["bytes"].as_u64(),
-            "{r}"
-        );
-        assert_eq!(body["error"], J::Null, "{r}");
-        let detail = r["detail"].as_str().unwrap();
-        assert!(detail.starts_with("zstd "), "{detail}");
-    }
-    let text = agentwal(&["dump", d]);
-    assert!(String::from_utf8_lossy(&text.stdout).contains(" B of "));
-    let verify = json(&["verify", d]);
-    assert_eq!(verify["ok"], true);
-    assert_eq!(verify["bodies_compressed"], 6);
-    assert!(verify["body_bytes_stored"].as_u64() < verify["body_bytes"].as_u64());
-    let out = agentwal(&["verify", d]);
-    assert!(out.status.success(), "{}", stderr(&out));
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        stdout.contains("6 of 6 checkpoint bodies stored compressed (zstd)"),
-        "{stdout}"
-    );
-    let show = json(&["show", d, "zeta"]);
-    let messages = show["state"]["messages"].as_array().unwrap();
-    assert_eq!(messages.len(), 6);
 }
