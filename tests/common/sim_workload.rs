@@ -1,4 +1,4 @@
-//! Shared by `tests/crash_sweep.rs` and `tests/io_errors.rs`: an agent workload planned
+//! Shared by `tests/crash_sweep.rs` and `tests/io_errors/`: an agent workload planned
 //! from a seed and run on the simulated storage, the log of what each call returned and
 //! between which storage operations, and the oracle that judges a recovered store
 //! against that log.
