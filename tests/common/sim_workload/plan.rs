@@ -7,8 +7,7 @@ use serde::{Deserialize, Serialize};
 use super::super::rng::Rng;
 
 use super::coverage::compressible_bytes;
-use super::options;
-use super::{BIG_DELTA_BYTES, BULK_BYTES_MAX, BULK_DELTA_MIN};
+use super::{BIG_DELTA_BYTES, BULK_BYTES_MAX, BULK_DELTA_MIN, options};
 
 /// A state whose every value tells which deltas were folded, in which order; the big
 /// deltas are kept too (`bulk`), so its size grows with them.
