@@ -55,7 +55,7 @@ pub fn store<S: State>(name: &str, options: PgOptions) -> PgStore<S> {
 }
 
 // ---------------------------------------------------------------------------------------
-// What the fault probes share (tests/pg_faults.rs, pg_host_loss.rs, pg_workers.rs).
+// What the fault probes share (tests/pg_faults.rs, pg_host_loss/, pg_workers/).
 
 /// The probes' seed: `AGENTWAL_PG_PROBE_SEED`, else the clock (printed by each probe, so a
 /// failure's schedule can be replayed).
