@@ -21,7 +21,7 @@ fi
 eval "$cluster_env"
 trap 'bash scripts/pg-cluster.sh stop "$AGENTWAL_PG_HOST"' EXIT
 echo "PostgreSQL test cluster at $AGENTWAL_PG_HOST"
-cargo test --release --features tokio,postgres --test task_store_api --test pg_model --test pg_lease --test pg_store --test pg_retention --test pg_async --test pg_cli --test pg_writes_pruned
+cargo test --release --features tokio,postgres --test task_store_api --test pg_model --test pg_lease --test pg_store --test pg_retention --test pg_async --test pg_cli --test pg_writes_pruned --test pg_commit
 # One build, one test at a time, figures printed: the fault probes; host loss (each test
 # makes its own primary and synchronous standby with pg-cluster.sh standby and removes them;
 # a pair that cannot start fails the run); two worker processes contending for 100 tasks

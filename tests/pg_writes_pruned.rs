@@ -127,7 +127,7 @@ fn pruned_write_ids_are_an_error_to_resolve_and_fresh_ones_resolve() {
 }
 
 #[test]
-fn a_schema_at_version_1_is_migrated_to_2_and_resolves_as_before() {
+fn a_schema_at_version_1_is_migrated_to_the_current_version_and_resolves_as_before() {
     let schema = common::pg::fresh_schema("writes_v1");
     let options = PgOptions {
         schema: schema.clone(),
@@ -147,7 +147,7 @@ fn a_schema_at_version_1_is_migrated_to_2_and_resolves_as_before() {
     let store: PgStore = PgStore::open(&common::pg::url(), options.clone()).unwrap();
     assert_eq!(
         psql(&format!("SELECT version FROM {schema}.schema_version")),
-        "2"
+        "3"
     );
     assert_eq!(
         store.resolve("00000000000000000000000000000001").unwrap(),

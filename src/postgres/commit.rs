@@ -1,180 +1,231 @@
-//! Commits on PostgreSQL in two round trips (docs/postgres.md §2): the first sends `BEGIN`,
-//! the fence check and the task row's lock together; the second the write id, the
-//! checkpoint, the task row's update, retention and `COMMIT` together. tokio-postgres
-//! sends a statement when its future is first polled and `try_join!` polls in the order
-//! written, so the statements reach the server in that order, in one transaction, with no
-//! wait between them; if one fails, the server refuses the rest and `COMMIT` rolls back.
+//! Commits on PostgreSQL (docs/postgres.md §2): one call of the commit function
+//! (`commit_fn.rs`), one statement in autocommit, so one round trip and one implicit
+//! transaction. The rules stay here: the client decides delta or snapshot against its hint
+//! of the task's row (`hint.rs`) and sends the row it decided for; the function writes
+//! only if the row is still that one, and otherwise returns it, and the client decides
+//! again. A second round trip comes only when the hint was missing or stale.
+
+use std::cell::RefCell;
+use std::rc::Rc;
+use std::sync::atomic::Ordering;
 
 use tokio_postgres::types::Type;
 
 use super::PgStore;
-use super::conn::{Attempt, Conn, Fail};
-use super::load::{LOCK_TASK_SQL, TaskRow, fold};
-use super::protocol::{
-    FENCE_SQL, FENCE_TYPES, RECORD_WRITE_SQL, RECORD_WRITE_TYPES, fence_row, judge_fence,
-    record_write,
-};
-use super::statements;
-use super::writes::{
-    INSERT_CHECKPOINT_SQL, INSERT_CHECKPOINT_TYPES, NewCheckpoint, UPDATE_TASK_SQL,
-    UPDATE_TASK_TYPES, create_task, insert_row, lock_task, update_task,
-};
+use super::commit_fn::{self, Answer, CALL_SQL, CALL_TYPES, Call};
+use super::conn::{Attempt, Conn, Fail, Shared};
+use super::hint::Hint;
+use super::load::fold;
+use super::protocol::judge_fence;
+use super::writes::{NewCheckpoint, advance};
 use crate::error::{Error, Result};
 use crate::state::State;
 use crate::store::codec;
 use crate::store::policy::snapshot_due;
 use crate::store::{TASK_ID_BYTES_MAX, now_ms, validate_id};
 
-/// How one commit attempt ended.
-enum Committed {
-    /// At this seq.
-    Seq(u64),
-    /// Rolled back: a snapshot is due after `latest` and none was prepared for it.
-    NeedsSnapshot { latest: u64 },
-}
+/// The statements of a commit, prepared once per connection (`statements.rs`).
+const COMMIT_STATEMENTS: &[(&str, &[Type])] = &[(CALL_SQL, CALL_TYPES)];
 
-/// A snapshot encoded before the transaction: the state after the delta, on top of `base`.
+/// A snapshot encoded outside any transaction: the state after the delta, on top of `base`.
 struct Prepared {
     base: u64,
     bytes: Vec<u8>,
 }
 
-/// What a commit attempt needs besides the connection and its write id.
-struct Attempted<'a> {
+/// What one commit call carries from one function call to the next.
+struct Pending {
+    /// The row the next decision is made on.
+    hint: Hint,
+    /// Whether `hint` is the row the server returned during this call (not a hint kept
+    /// from an earlier call).
+    confirmed: bool,
+    prepared: Option<Rc<Prepared>>,
+}
+
+/// What a commit needs besides the connection, its write id and the state being built.
+struct Attempted<'a, S: State> {
     task: &'a str,
     epoch: Option<u64>,
     expected: Option<u64>,
-    delta: &'a [u8],
-    prepared: Option<&'a Prepared>,
-    version: u32,
+    delta: &'a S::Delta,
+    delta_bytes: &'a [u8],
     snapshot_every: u32,
     keep: Option<u32>,
     max_age: Option<std::time::Duration>,
 }
 
-/// Retention's statement (see [`prune`]): task, keep-count bound, age cutoff, latest seq.
-const PRUNE_SQL: &str = "DELETE FROM checkpoints WHERE task = $1 AND seq < (
-     SELECT max(seq) FROM checkpoints WHERE task = $1 AND snapshot AND seq <= greatest(
-         $2::bigint,
-         CASE WHEN $3::bigint IS NULL THEN 0 ELSE coalesce(
-             (SELECT min(seq) FROM checkpoints
-              WHERE task = $1 AND created_at_ms >= $3::bigint), $4::bigint) END))";
+/// The next step of a commit, decided on the row `Pending::hint`.
+#[derive(Debug, PartialEq, Eq)]
+enum Step {
+    /// Call the function with a delta (`false`) or the prepared snapshot (`true`).
+    Write { snapshot: bool },
+    /// A snapshot is due on a row not confirmed yet: call the function to read the row.
+    ReadRow,
+    /// A snapshot is due on the confirmed row and none is prepared: prepare it.
+    Prepare,
+}
 
-/// The statements of a commit, prepared once per connection (`statements.rs`).
-const COMMIT_STATEMENTS: &[(&str, &[Type])] = &[
-    (FENCE_SQL, FENCE_TYPES),
-    (LOCK_TASK_SQL, &[Type::BYTEA]),
-    (RECORD_WRITE_SQL, RECORD_WRITE_TYPES),
-    (INSERT_CHECKPOINT_SQL, INSERT_CHECKPOINT_TYPES),
-    (UPDATE_TASK_SQL, UPDATE_TASK_TYPES),
-    (
-        PRUNE_SQL,
-        &[Type::BYTEA, Type::INT8, Type::INT8, Type::INT8],
-    ),
-];
+/// The snapshot policy (the local store's, `snapshot_due`) on the row `p.hint`. A history
+/// written under another schema version is rebuilt (through the migration hooks, refusing
+/// the commit if it cannot be read) and snapshotted first (docs/store.md §6). A snapshot is
+/// prepared only for a row the server confirmed; if the task moved on since, the delta is
+/// written and the snapshot stays due for the next commit (a delta is always correct, a
+/// snapshot is an optimization).
+fn decide(p: &Pending, delta_len: u64, version: u32, snapshot_every: u32) -> Step {
+    let due =
+        snapshot_due(p.hint.counters, delta_len, snapshot_every) || p.hint.foreign_schema(version);
+    match (due, &p.prepared) {
+        (false, _) => Step::Write { snapshot: false },
+        (true, Some(prepared)) => Step::Write {
+            snapshot: prepared.base == p.hint.latest_seq,
+        },
+        (true, None) if p.confirmed => Step::Prepare,
+        (true, None) => Step::ReadRow,
+    }
+}
 
-/// Retention: deletes the task's checkpoints below the newest snapshot at or before the
-/// oldest retained seq (the fold base every retained checkpoint needs stays). The oldest
-/// retained seq is the later of the keep-count bound and, with `max_age` (`cutoff_ms`),
-/// the first checkpoint created at or after the cutoff (the latest if none is): one
-/// statement either way.
-async fn prune(
+impl<S: State> Attempted<'_, S> {
+    /// Retention for a commit at `seq`: the keep-count bound and the age cutoff (`None`
+    /// without retention), as the function's prune takes them.
+    fn prune(&self, seq: u64) -> Option<(u64, Option<u64>)> {
+        if self.keep.is_none() && self.max_age.is_none() {
+            return None;
+        }
+        let by_count = self
+            .keep
+            .map_or(1, |k| (seq + 1).saturating_sub(u64::from(k)).max(1));
+        let cutoff = self.max_age.map(|age| {
+            let age = age.as_millis().min(u128::from(u64::MAX)) as u64;
+            now_ms().saturating_sub(age)
+        });
+        Some((by_count, cutoff))
+    }
+}
+
+/// One attempt at a commit (one write id): calls the function until it commits or refuses.
+/// A stale answer wrote nothing, so the next call may use the same write id.
+async fn commit_attempt<S: State>(
+    shared: &Shared,
+    c: &mut Conn,
+    id: &str,
+    a: &Attempted<'_, S>,
+    pending: &RefCell<Pending>,
+) -> Attempt<u64> {
+    let prepared = c.prepare_cached(COMMIT_STATEMENTS).await?;
+    shared
+        .commit_round_trips
+        .fetch_add(prepared, Ordering::Relaxed);
+    loop {
+        let (hint, step, snapshot) = {
+            let p = pending.borrow();
+            let step = decide(&p, a.delta_bytes.len() as u64, S::VERSION, a.snapshot_every);
+            (p.hint.clone(), step, p.prepared.clone())
+        };
+        let answer = match step {
+            Step::Prepare => {
+                let bytes = prepare_snapshot::<S>(shared, c, a.task, hint.latest_seq, a.delta);
+                let bytes = bytes.await?;
+                let base = hint.latest_seq;
+                pending.borrow_mut().prepared = Some(Rc::new(Prepared { base, bytes }));
+                continue;
+            }
+            Step::ReadRow => call(shared, c, id, a, &hint, None).await?,
+            Step::Write { snapshot: false } => call(shared, c, id, a, &hint, Some(None)).await?,
+            Step::Write { snapshot: true } => {
+                let body = snapshot.as_deref().map(|p| p.bytes.as_slice());
+                call(shared, c, id, a, &hint, Some(body)).await?
+            }
+        };
+        match answer {
+            Answer::Ok(row) => {
+                let seq = row.latest_seq;
+                shared.hints.put(a.task, row);
+                return Ok(seq);
+            }
+            Answer::Stale(row) => {
+                shared.hints.put(a.task, row.clone());
+                let mut p = pending.borrow_mut();
+                p.hint = row;
+                p.confirmed = true;
+            }
+            Answer::Conflict(row) => {
+                let actual = row.latest_seq;
+                shared.hints.put(a.task, row);
+                return Err(Fail::Api(Error::Conflict {
+                    task: a.task.to_string(),
+                    expected: a.expected.unwrap_or(0),
+                    actual,
+                }));
+            }
+            Answer::Fenced(lease) => {
+                judge_fence(a.task, lease, a.epoch)?;
+                return Err(Fail::Api(Error::Postgres {
+                    context: "committing a checkpoint".into(),
+                    message: "the commit function refused a write the fence check admits".into(),
+                }));
+            }
+        }
+    }
+}
+
+/// One call of the commit function on `hint`. `write`: `None` only reads the row; `Some`
+/// writes the delta, or the snapshot given.
+async fn call<S: State>(
+    shared: &Shared,
     c: &Conn,
-    task: &str,
-    latest: u64,
-    keep: Option<u32>,
-    cutoff_ms: Option<u64>,
-) -> Attempt<()> {
-    if keep.is_none() && cutoff_ms.is_none() {
-        return Ok(());
-    }
-    let by_count = keep.map_or(1, |k| (latest + 1).saturating_sub(u64::from(k)).max(1)) as i64;
-    let cutoff = cutoff_ms.map(|c| c.min(i64::MAX as u64) as i64);
-    statements::query(
-        c,
-        PRUNE_SQL,
-        &[
-            (&task.as_bytes(), Type::BYTEA),
-            (&by_count, Type::INT8),
-            (&cutoff, Type::INT8),
-            (&(latest as i64), Type::INT8),
-        ],
-    )
-    .await?;
-    Ok(())
-}
-
-/// One attempt at a commit, on a connection that has prepared the commit's statements
-/// (the first commit on a connection prepares them, before its transaction). Whatever does
-/// not end in a commit is rolled back before the connection can go back to the pool (on a
-/// broken connection the `ROLLBACK` fails too, and the connection is dropped).
-async fn commit_attempt(c: &mut Conn, id: &str, a: &Attempted<'_>) -> Attempt<Committed> {
-    c.prepare_cached(COMMIT_STATEMENTS).await?;
-    let out = commit_pipelined(c, id, a).await;
-    if !matches!(out, Ok(Committed::Seq(_))) {
-        let _ = c.batch_execute("ROLLBACK").await;
-    }
-    out
-}
-
-/// The attempt's transaction: two pipelined groups of statements (the module's doc), with
-/// the checks and the snapshot decision between them.
-async fn commit_pipelined(c: &Conn, id: &str, a: &Attempted<'_>) -> Attempt<Committed> {
-    let task = a.task;
-    let (_, fence, locked) = tokio::try_join!(
-        async { Ok::<_, Fail>(c.batch_execute("BEGIN").await?) },
-        fence_row(c, task),
-        lock_task(c, task),
-    )?;
-    judge_fence(task, fence, a.epoch)?;
-    let row: TaskRow = match locked {
-        Some(row) => row,
-        None => create_task(c, task).await?,
-    };
-    let latest = row.latest_seq;
-    if let Some(expected) = a.expected
-        && expected != latest
-    {
-        return Err(Fail::Api(Error::Conflict {
-            task: task.to_string(),
-            expected,
-            actual: latest,
-        }));
-    }
-    // A history written under another schema version is rebuilt (through the migration
-    // hooks, refusing the commit if it cannot be read) and snapshotted first (docs/store.md §6).
-    let due = snapshot_due(row.counters, a.delta.len() as u64, a.snapshot_every)
-        || row.foreign_schema(a.version);
-    let body = match (due, a.prepared) {
-        (false, _) => None,
-        (true, Some(p)) if p.base == latest => Some(p.bytes.as_slice()),
-        // Another writer moved the task since the snapshot was prepared: the delta goes in
-        // and the snapshot stays due for the next commit.
-        (true, Some(_)) => None,
-        (true, None) => return Ok(Committed::NeedsSnapshot { latest }),
-    };
-    let seq = latest + 1;
+    id: &str,
+    a: &Attempted<'_, S>,
+    hint: &Hint,
+    write: Option<Option<&[u8]>>,
+) -> Attempt<Answer> {
+    let snapshot = matches!(write, Some(Some(_)));
+    let body = write.flatten().unwrap_or(a.delta_bytes);
     let cp = NewCheckpoint {
-        seq,
-        // Never earlier than the previous checkpoint, as in the local store.
-        created_at_ms: now_ms().max(row.latest_created_at_ms),
-        schema_version: a.version,
-        snapshot: body.is_some(),
-        body: body.unwrap_or(a.delta),
+        seq: hint.latest_seq + 1,
+        // The server writes the later of this and the previous checkpoint's time.
+        created_at_ms: now_ms(),
+        schema_version: S::VERSION,
+        snapshot,
+        body,
         origin: None,
     };
-    let cutoff_ms = a.max_age.map(|age| {
-        let age = age.as_millis().min(u128::from(u64::MAX)) as u64;
-        now_ms().saturating_sub(age)
-    });
-    tokio::try_join!(
-        record_write(c, id, task, Some(seq)),
-        insert_row(c, id, task, &cp),
-        update_task(c, task, &row, &cp),
-        prune(c, task, seq, a.keep, cutoff_ms),
-        async { Ok::<_, Fail>(c.batch_execute("COMMIT").await?) },
-    )?;
-    Ok(Committed::Seq(seq))
+    let (after, versions) = advance(hint.counters, &hint.versions, &cp);
+    let call = Call {
+        task: a.task,
+        epoch: a.epoch,
+        expected: a.expected,
+        decided_on: write.map(|_| hint),
+        write_id: id,
+        now_ms: cp.created_at_ms,
+        schema_version: S::VERSION,
+        snapshot,
+        body,
+        after: (after, &versions),
+        prune: a.prune(cp.seq),
+    };
+    shared.commit_round_trips.fetch_add(1, Ordering::Relaxed);
+    commit_fn::call(c, &call).await
+}
+
+/// The state after `delta` on top of checkpoint `base` (folded on `c`), encoded as a
+/// snapshot.
+async fn prepare_snapshot<S: State>(
+    shared: &Shared,
+    c: &Conn,
+    task: &str,
+    base: u64,
+    delta: &S::Delta,
+) -> Attempt<Vec<u8>> {
+    let mut state = match base {
+        0 => S::default(),
+        _ => {
+            shared.commit_round_trips.fetch_add(1, Ordering::Relaxed);
+            fold::<S>(&**c, task, base).await?.0
+        }
+    };
+    state.apply(delta);
+    Ok(codec::encode(&state)?)
 }
 
 impl<S: State> PgStore<S> {
@@ -191,57 +242,84 @@ impl<S: State> PgStore<S> {
         self.commit_inner(task, Some(expected_seq), delta)
     }
 
+    /// Round trips this handle's commits made so far (statements prepared, calls of the
+    /// commit function, folds of a state to snapshot): a test hook, to check that a
+    /// steady-state commit is one round trip.
+    #[doc(hidden)]
+    pub fn commit_round_trips(&self) -> u64 {
+        self.shared.commit_round_trips.load(Ordering::Relaxed)
+    }
+
     fn commit_inner(&self, task: &str, expected: Option<u64>, delta: &S::Delta) -> Result<u64> {
         validate_id("task id", task, TASK_ID_BYTES_MAX)?;
         // Values are encoded before any transaction begins.
         let delta_bytes = codec::encode(delta)?;
-        let epoch = self.epoch_for(task);
         let o = &self.shared.options;
-        let mut prepared = None;
-        loop {
-            let outcome = self.shared.run_write(
-                "committing a checkpoint",
-                task,
-                |seq| Committed::Seq(seq.unwrap_or(0)),
-                async |c, id| {
-                    let attempted = Attempted {
-                        task,
-                        epoch,
-                        expected,
-                        delta: &delta_bytes,
-                        prepared: prepared.as_ref(),
-                        version: S::VERSION,
-                        snapshot_every: o.snapshot_every,
-                        keep: o.keep_checkpoints,
-                        max_age: o.max_age,
-                    };
-                    commit_attempt(c, id, &attempted).await
+        let attempted = Attempted::<S> {
+            task,
+            epoch: self.epoch_for(task),
+            expected,
+            delta,
+            delta_bytes: &delta_bytes,
+            snapshot_every: o.snapshot_every,
+            keep: o.keep_checkpoints,
+            max_age: o.max_age,
+        };
+        let pending = RefCell::new(Pending {
+            hint: self.shared.hints.get(task),
+            confirmed: false,
+            prepared: None,
+        });
+        let shared = &*self.shared;
+        shared.run_write(
+            "committing a checkpoint",
+            task,
+            // Landed, as `resolve` found: the row it left is not known here.
+            |seq| {
+                shared.hints.forget(task);
+                seq.unwrap_or(0)
+            },
+            async |c, id| commit_attempt(shared, c, id, &attempted, &pending).await,
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::policy::SnapshotCounters;
+
+    fn pending(deltas: u32, confirmed: bool, prepared: Option<u64>) -> Pending {
+        Pending {
+            hint: Hint {
+                latest_seq: 10,
+                latest_created_at_ms: 0,
+                counters: SnapshotCounters {
+                    snapshot_bytes: 100,
+                    deltas_since_snapshot: deltas,
+                    delta_bytes_since_snapshot: 10,
                 },
-            )?;
-            match outcome {
-                Committed::Seq(seq) => return Ok(seq),
-                // Once only: a second attempt with a prepared snapshot never asks again.
-                Committed::NeedsSnapshot { latest } => {
-                    prepared = Some(self.prepare_snapshot(task, latest, delta)?);
-                }
-            }
+                versions: vec![1],
+            },
+            confirmed,
+            prepared: prepared.map(|base| {
+                Rc::new(Prepared {
+                    base,
+                    bytes: vec![],
+                })
+            }),
         }
     }
 
-    /// The state after `delta` on top of checkpoint `base`, encoded as a snapshot.
-    fn prepare_snapshot(&self, task: &str, base: u64, delta: &S::Delta) -> Result<Prepared> {
-        let mut state = match base {
-            0 => S::default(),
-            _ => self
-                .shared
-                .run_read("folding a state to snapshot", async |c| {
-                    Ok(fold::<S>(&**c, task, base).await?.0)
-                })?,
-        };
-        state.apply(delta);
-        Ok(Prepared {
-            base,
-            bytes: codec::encode(&state)?,
-        })
+    #[test]
+    fn a_snapshot_is_prepared_only_on_a_confirmed_row_and_written_only_on_its_base() {
+        let write = |snapshot| Step::Write { snapshot };
+        assert_eq!(decide(&pending(1, false, None), 1, 1, 4), write(false));
+        assert_eq!(decide(&pending(3, false, None), 1, 1, 4), Step::ReadRow);
+        assert_eq!(decide(&pending(3, true, None), 1, 1, 4), Step::Prepare);
+        assert_eq!(decide(&pending(3, true, Some(10)), 1, 1, 4), write(true));
+        assert_eq!(decide(&pending(3, true, Some(9)), 1, 1, 4), write(false));
+        // Another schema version in the history: due whatever the counters.
+        assert_eq!(decide(&pending(1, false, None), 1, 2, 4), Step::ReadRow);
     }
 }

@@ -13,6 +13,7 @@ use tokio_postgres::types::{FromSql, Type};
 use tokio_postgres::{AsyncMessage, Client, Config, NoTls, Row, Statement};
 
 use super::PgOptions;
+use super::hint::Hints;
 use crate::error::{Error, Result};
 
 /// Pause between attempts after a connection failure (a server restarting, a stale pooled
@@ -105,18 +106,21 @@ impl Conn {
     }
 
     /// Prepares each of `statements` (text and parameter types) that this connection has
-    /// not prepared yet: one round trip each, once per connection.
+    /// not prepared yet: one round trip each, once per connection. Returns how many it
+    /// prepared.
     pub async fn prepare_cached(
         &self,
         statements: &[(&'static str, &[Type])],
-    ) -> std::result::Result<(), tokio_postgres::Error> {
+    ) -> std::result::Result<u64, tokio_postgres::Error> {
+        let mut prepared = 0;
         for &(sql, types) in statements {
             if self.cached(sql).is_none() {
                 let stmt = self.client.prepare_typed(sql, types).await?;
                 self.statements.lock().insert(sql, stmt);
+                prepared += 1;
             }
         }
-        Ok(())
+        Ok(prepared)
     }
 
     /// The count of cancelled waits for the standby so far: a write compares it before
@@ -161,6 +165,11 @@ pub(super) struct Shared {
     idle: Mutex<Vec<Conn>>,
     /// Writes that returned `Ok` on this handle: every `PRUNE_EVERY`th prunes `writes`.
     pub writes_done: std::sync::atomic::AtomicU64,
+    /// The handle's hints of its tasks' rows, for commits (`hint.rs`).
+    pub hints: Hints,
+    /// Round trips the commit path made on this handle: statements prepared, calls of
+    /// the commit function, folds of a state to snapshot (`PgStore::commit_round_trips`).
+    pub commit_round_trips: AtomicU64,
     /// Drives the connections; calls block on it from the caller's thread. Declared last,
     /// so the clients above close before it shuts down.
     rt: tokio::runtime::Runtime,
@@ -208,6 +217,8 @@ impl Shared {
             config,
             idle: Mutex::new(Vec::new()),
             writes_done: std::sync::atomic::AtomicU64::new(0),
+            hints: Hints::default(),
+            commit_round_trips: AtomicU64::new(0),
             rt,
         })
     }

@@ -7,6 +7,7 @@ use tokio_postgres::types::Type;
 use tokio_postgres::{Client, GenericClient, IsolationLevel, Row};
 
 use super::conn::{Attempt, Fail, RowExt};
+use super::hint::Hint;
 use super::{PgOptions, PgStore};
 use crate::error::{Error, Result};
 use crate::rules::body::At;
@@ -66,13 +67,6 @@ impl TaskRow {
             first_seq: u(5)?,
             versions: row.col(6)?,
         })
-    }
-
-    /// Whether the latest state folds from a record of another schema version than
-    /// `version` (then a commit rebuilds it through the migration hooks and writes it as a
-    /// snapshot, as on a local store, docs/store.md §6).
-    pub fn foreign_schema(&self, version: u32) -> bool {
-        self.versions.iter().any(|v| *v as u32 != version)
     }
 }
 
@@ -196,6 +190,8 @@ impl<S: State> PgStore<S> {
             let Some(row) = task_row(&tx, task).await? else {
                 return Ok(None);
             };
+            // What a commit after this load decides on (a hint: checked by the commit).
+            self.shared.hints.put(task, Hint::from(&row));
             if row.latest_seq == 0 {
                 return Ok(None);
             }

@@ -17,7 +17,9 @@ mod api;
 #[cfg(feature = "tokio")]
 mod async_api;
 mod commit;
+mod commit_fn;
 mod conn;
+mod hint;
 mod import;
 mod inspect;
 mod lease;

@@ -251,13 +251,9 @@ fn indeterminate(task: &str, id: &str, cause: String) -> Error {
 /// The fence check's statement; `$1`: the task.
 pub(super) const FENCE_SQL: &str =
     "SELECT epoch, expires_at > clock_timestamp() FROM leases WHERE task = $1 FOR SHARE";
-/// The parameter types of [`FENCE_SQL`].
-pub(super) const FENCE_TYPES: &[Type] = &[Type::BYTEA];
 /// Records a write id as landed, in the write's transaction: write id, task, seq.
 pub(super) const RECORD_WRITE_SQL: &str =
     "INSERT INTO writes (write_id, task, seq, landed) VALUES ($1, $2, $3, true)";
-/// The parameter types of [`RECORD_WRITE_SQL`].
-pub(super) const RECORD_WRITE_TYPES: &[Type] = &[Type::TEXT, Type::BYTEA, Type::INT8];
 
 /// The fence check, first in every write transaction of `task`: the lease row is read
 /// `FOR SHARE`, so a takeover (which updates it) waits for this transaction to end, and
@@ -268,8 +264,7 @@ pub(super) async fn check_fence(c: &impl Session, task: &str, epoch: Option<u64>
 }
 
 /// The task's lease as the fence check reads it: `(epoch, live)`, locked `FOR SHARE` until
-/// the transaction ends, so that no takeover commits in between. One statement, sent when
-/// the future is first polled (a pipelined commit relies on that order).
+/// the transaction ends, so that no takeover commits in between. One statement.
 pub(super) async fn fence_row(c: &impl Session, task: &str) -> Attempt<Option<(u64, bool)>> {
     let row = statements::query_opt(c, FENCE_SQL, &[(&task.as_bytes(), Type::BYTEA)]).await?;
     match row {

@@ -1,15 +1,17 @@
-//! The tables and their migrations (docs/postgres.md §1). Migrations run outside
-//! transactions, one statement at a time, each safe to run again (`IF NOT EXISTS`), under
-//! a session advisory lock so that handles opening at once migrate one after another: a
-//! crash midway leaves a version that the next open finishes.
+//! The tables, the commit function and their migrations (docs/postgres.md §1). Migrations
+//! run outside transactions, one statement at a time, each safe to run again (`IF NOT
+//! EXISTS`, `CREATE OR REPLACE`), under a session advisory lock so that handles opening at
+//! once migrate one after another: a crash midway leaves a version that the next open
+//! finishes.
 
 use tokio_postgres::Client;
 
+use super::commit_fn::CREATE_FUNCTION_SQL;
 use super::conn::{Attempt, Fail, RowExt};
 use crate::error::Error;
 
 /// The schema version this build writes and reads.
-pub(crate) const SCHEMA_VERSION: i32 = 2;
+pub(crate) const SCHEMA_VERSION: i32 = 3;
 
 /// The statements taking the schema from version `i` to `i + 1`.
 const MIGRATIONS: &[&[&str]] = &[
@@ -80,6 +82,8 @@ const MIGRATIONS: &[&[&str]] = &[
         "INSERT INTO writes_pruned (id, before_ms) VALUES (1, 0) ON CONFLICT (id) DO NOTHING",
         "CREATE INDEX IF NOT EXISTS writes_at ON writes (at)",
     ],
+    // Version 3: the commit function, a whole commit in one statement (docs/postgres.md §2).
+    &[CREATE_FUNCTION_SQL],
 ];
 
 /// Creates the schema or brings it to [`SCHEMA_VERSION`].

@@ -1,10 +1,8 @@
 //! Statements prepared once per connection. A statement sent by text (`query_typed`) is
-//! parsed and planned by the server every time; on the commit path that was most of a
-//! commit's server time (about 0.15 ms a statement, 8 statements). A connection keeps the
-//! statements it prepared (`Conn::prepare_cached`), and the helpers here use the prepared
-//! one when the session has it, the text otherwise (a `Transaction`, a connection not yet
-//! warmed). Either way a statement is sent when its future is first polled, which the
-//! pipelined commit relies on (`commit.rs`).
+//! parsed and planned by the server every time (about 0.15 ms a statement). A connection
+//! keeps the statements it prepared (`Conn::prepare_cached`; the commit function's call,
+//! `commit.rs`), and the helpers here use the prepared one when the session has it, the
+//! text otherwise (a `Transaction`, a connection not yet warmed).
 //!
 //! A prepared statement names tables by their identity: a schema dropped and created again
 //! under a handle that is open makes its connections' statements fail (SQLSTATE 0A000 or

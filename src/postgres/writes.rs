@@ -57,33 +57,11 @@ pub(super) async fn create_task(c: &impl Session, task: &str) -> Attempt<TaskRow
 pub(super) const INSERT_CHECKPOINT_SQL: &str = "INSERT INTO checkpoints (task, seq,
      created_at_ms, schema_version, snapshot, body, origin_task, origin_seq, write_id)
      VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)";
-/// The parameter types of [`INSERT_CHECKPOINT_SQL`].
-pub(super) const INSERT_CHECKPOINT_TYPES: &[Type] = &[
-    Type::BYTEA,
-    Type::INT8,
-    Type::INT8,
-    Type::INT4,
-    Type::BOOL,
-    Type::BYTEA,
-    Type::BYTEA,
-    Type::INT8,
-    Type::TEXT,
-];
 /// Moves a task's row to its new latest checkpoint: task, then seq, time, counters and
 /// schema versions.
 pub(super) const UPDATE_TASK_SQL: &str = "UPDATE tasks SET latest_seq = $2,
      latest_created_at_ms = $3, snapshot_bytes = $4, deltas_since_snapshot = $5,
      delta_bytes_since_snapshot = $6, versions_since_snapshot = $7 WHERE task = $1";
-/// The parameter types of [`UPDATE_TASK_SQL`].
-pub(super) const UPDATE_TASK_TYPES: &[Type] = &[
-    Type::BYTEA,
-    Type::INT8,
-    Type::INT8,
-    Type::INT8,
-    Type::INT4,
-    Type::INT8,
-    Type::INT4_ARRAY,
-];
 
 /// The columns one new checkpoint sets.
 pub(super) struct NewCheckpoint<'a> {
@@ -107,8 +85,7 @@ async fn insert_checkpoint(
     update_task(tx, task, before, cp).await
 }
 
-/// Inserts the checkpoint's row: one statement, sent when the future is first polled (a
-/// pipelined commit relies on that order).
+/// Inserts the checkpoint's row: one statement.
 pub(super) async fn insert_row(
     c: &impl Session,
     id: &str,
@@ -138,16 +115,15 @@ pub(super) async fn insert_row(
     Ok(())
 }
 
-/// Moves the task's row (`before`) to checkpoint `cp`: its seq, time, snapshot counters
-/// and schema versions. One statement, sent when the future is first polled.
-pub(super) async fn update_task(
-    c: &impl Session,
-    task: &str,
-    before: &TaskRow,
+/// A task row's snapshot counters and schema versions after checkpoint `cp`, from
+/// `counters` and `versions` before it: a snapshot starts them again, a delta adds to them.
+pub(super) fn advance(
+    counters: SnapshotCounters,
+    versions: &[i32],
     cp: &NewCheckpoint<'_>,
-) -> Attempt<()> {
+) -> (SnapshotCounters, Vec<i32>) {
     let version = cp.schema_version as i32;
-    let (after, versions) = match cp.snapshot {
+    match cp.snapshot {
         true => {
             let counters = SnapshotCounters {
                 snapshot_bytes: cp.body.len() as u64,
@@ -156,19 +132,30 @@ pub(super) async fn update_task(
             (counters, vec![version])
         }
         false => {
-            let c = before.counters;
             let counters = SnapshotCounters {
-                deltas_since_snapshot: c.deltas_since_snapshot + 1,
-                delta_bytes_since_snapshot: c.delta_bytes_since_snapshot + cp.body.len() as u64,
-                ..c
+                deltas_since_snapshot: counters.deltas_since_snapshot + 1,
+                delta_bytes_since_snapshot: counters.delta_bytes_since_snapshot
+                    + cp.body.len() as u64,
+                ..counters
             };
-            let mut versions = before.versions.clone();
+            let mut versions = versions.to_vec();
             if !versions.contains(&version) {
                 versions.push(version);
             }
             (counters, versions)
         }
-    };
+    }
+}
+
+/// Moves the task's row (`before`) to checkpoint `cp`: its seq, time, snapshot counters
+/// and schema versions. One statement.
+pub(super) async fn update_task(
+    c: &impl Session,
+    task: &str,
+    before: &TaskRow,
+    cp: &NewCheckpoint<'_>,
+) -> Attempt<()> {
+    let (after, versions) = advance(before.counters, &before.versions, cp);
     statements::query(
         c,
         UPDATE_TASK_SQL,
@@ -235,6 +222,7 @@ impl<S: State> PgStore<S> {
     pub fn delete_task(&self, task: &str) -> Result<()> {
         validate_id("task id", task, TASK_ID_BYTES_MAX)?;
         let epoch = self.epoch_for(task);
+        self.shared.hints.forget(task);
         self.shared.run_write(
             "deleting a task",
             task,

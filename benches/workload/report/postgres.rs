@@ -84,8 +84,9 @@ fn markdown(
         "- `agentwal`: the local engine, `Store::commit` on a local directory (ext4), for what a user \
          gives up for multi-host.\n\
          - `agentwal-postgres`: `PgStore::commit` (default `PgOptions`, `pool_idle_max` = T), one \
-         handle shared by the T worker threads; a commit is one transaction of 8 statements in \
-         two pipelined round trips, prepared once per connection (docs/postgres.md §2); a load \
+         handle shared by the T worker threads; a commit is one prepared call of the commit \
+         function `agentwal_commit` in autocommit (one round trip, one implicit transaction; \
+         a second when the handle's hint of the task's row was stale, docs/postgres.md §2); a load \
          reads the task row and folds the rows from the last snapshot.\n\
          - `postgres-floor`: the least a durable commit costs on the same server: the delta's \
          postcard bytes as one autocommit `INSERT` per step (one round trip, one WAL flush), \

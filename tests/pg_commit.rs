@@ -1,0 +1,306 @@
+//! The one-statement commit (docs/postgres.md §2): a steady-state commit is one round trip;
+//! a stale hint (another handle wrote the task) costs one more and gives the history a
+//! single writer gives; a schema of version 2 (no commit function) is upgraded in place by
+//! the first handles that open it, at once or not.
+#![cfg(feature = "postgres")]
+
+mod common;
+
+use std::process::Command;
+
+use agentwal::postgres::{PgOptions, PgStore};
+use agentwal::{AgentDelta, Error};
+
+/// One value from `psql` on the test server.
+fn psql(sql: &str) -> String {
+    let out = Command::new("runuser")
+        .args(["-u", "postgres", "--", "psql", "-h", &common::pg::host()])
+        .args(["-U", "postgres", "-d", "postgres", "-qAt", "-c", sql])
+        .output()
+        .expect("run psql");
+    assert!(
+        out.status.success(),
+        "psql {sql:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+fn step(n: u64) -> AgentDelta {
+    common::pg::probe_step(n)
+}
+
+fn options(schema: &str, snapshot_every: u32) -> PgOptions {
+    PgOptions {
+        schema: schema.to_string(),
+        snapshot_every,
+        ..PgOptions::default()
+    }
+}
+
+#[test]
+fn a_steady_state_commit_is_one_round_trip() {
+    let store: PgStore = common::pg::store("one_round_trip", PgOptions::default());
+    // A new task: the function creates its row. The first commit on a connection
+    // prepares the call too.
+    assert_eq!(store.commit("t", &step(1)).unwrap(), 1);
+    assert_eq!(store.commit_round_trips(), 2);
+    for n in 2..=30 {
+        let before = store.commit_round_trips();
+        assert_eq!(store.commit("t", &step(n)).unwrap(), n);
+        assert_eq!(store.commit_round_trips() - before, 1, "commit {n}");
+    }
+    let before = store.commit_round_trips();
+    assert_eq!(store.commit_if("t", 30, &step(31)).unwrap(), 31);
+    assert_eq!(store.commit_round_trips() - before, 1);
+    // A conflict is answered by the same call, and leaves the hint right.
+    let before = store.commit_round_trips();
+    let r = store.commit_if("t", 30, &step(32));
+    assert!(
+        matches!(
+            r,
+            Err(Error::Conflict {
+                expected: 30,
+                actual: 31,
+                ..
+            })
+        ),
+        "{r:?}"
+    );
+    assert_eq!(store.commit("t", &step(32)).unwrap(), 32);
+    assert_eq!(store.commit_round_trips() - before, 2);
+    // A conflicting commit_if on a new task leaves no row.
+    assert!(matches!(
+        store.commit_if("new", 3, &step(1)),
+        Err(Error::Conflict { actual: 0, .. })
+    ));
+    assert!(!store.tasks().unwrap().iter().any(|t| t == "new"));
+}
+
+/// Commits `n` deltas to `task`, alternating between `handles`; each returns the next seq.
+fn alternate(handles: &[&PgStore], task: &str, n: u64) {
+    for i in 1..=n {
+        let h = handles[(i as usize) % handles.len()];
+        assert_eq!(h.commit(task, &step(i)).unwrap(), i, "commit {i}");
+    }
+}
+
+#[test]
+fn handles_taking_turns_on_a_task_give_the_history_of_a_single_writer() {
+    let schema = common::pg::fresh_schema("turns");
+    let url = common::pg::url();
+    // Every third checkpoint a snapshot: the decision is made on stale hints again and
+    // again.
+    let a: PgStore = PgStore::open(&url, options(&schema, 3)).unwrap();
+    let b: PgStore = PgStore::open(&url, options(&schema, 3)).unwrap();
+    let c: PgStore = PgStore::open(&url, options(&schema, 3)).unwrap();
+    alternate(&[&a, &b, &c], "shared", 40);
+    alternate(&[&a], "alone", 40);
+    let shared = a.list_checkpoints("shared").unwrap();
+    let alone = a.list_checkpoints("alone").unwrap();
+    let shape = |l: &[agentwal::CheckpointInfo]| {
+        l.iter()
+            .map(|i| (i.seq, i.snapshot, i.bytes))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(shape(&shared), shape(&alone));
+    assert!(shared.iter().filter(|i| i.snapshot).count() >= 10);
+    for seq in 1..=40 {
+        let x = b.load("shared", seq).unwrap().unwrap();
+        let y = b.load("alone", seq).unwrap().unwrap();
+        assert_eq!(x.state, y.state, "seq {seq}");
+    }
+    assert!(
+        a.verify_with(agentwal::BodyCheck::Require)
+            .unwrap()
+            .problems
+            .is_empty()
+    );
+
+    // Two handles taking turns: each commit finds its hint stale (one call), then commits
+    // (a second); no snapshot is due with the default policy.
+    let d: PgStore = PgStore::open(&url, options(&schema, 1024)).unwrap();
+    let e: PgStore = PgStore::open(&url, options(&schema, 1024)).unwrap();
+    alternate(&[&d, &e], "pair", 4);
+    for i in 5..=20 {
+        let h = if i % 2 == 0 { &d } else { &e };
+        let before = h.commit_round_trips();
+        assert_eq!(h.commit("pair", &step(i)).unwrap(), i);
+        assert_eq!(h.commit_round_trips() - before, 2, "commit {i}");
+    }
+}
+
+#[test]
+fn a_deleted_task_is_created_again_by_a_handle_with_an_old_hint() {
+    let schema = common::pg::fresh_schema("deleted_hint");
+    let url = common::pg::url();
+    let a: PgStore = PgStore::open(&url, options(&schema, 4)).unwrap();
+    let b: PgStore = PgStore::open(&url, options(&schema, 4)).unwrap();
+    alternate(&[&a], "t", 7);
+    b.delete_task("t").unwrap();
+    // a's hint says seq 7 with a snapshot due; the task is new.
+    assert_eq!(a.commit("t", &step(100)).unwrap(), 1);
+    assert_eq!(a.commit("t", &step(101)).unwrap(), 2);
+    let fresh = a.list_checkpoints("t").unwrap();
+    assert_eq!(fresh.len(), 2);
+    let state = b.load_latest("t").unwrap().unwrap();
+    let direct: PgStore = common::pg::store("deleted_hint_direct", options("x", 4));
+    direct.commit("t", &step(100)).unwrap();
+    direct.commit("t", &step(101)).unwrap();
+    assert_eq!(state.state, direct.load_latest("t").unwrap().unwrap().state);
+}
+
+/// The statements of schema version 2 (the build before the commit function), as that
+/// build ran them: the fixture of an existing older schema.
+const V2_DDL: &[&str] = &[
+    "CREATE TABLE IF NOT EXISTS schema_version (
+        id integer PRIMARY KEY CHECK (id = 1),
+        version integer NOT NULL
+    )",
+    "INSERT INTO schema_version (id, version) VALUES (1, 0) ON CONFLICT (id) DO NOTHING",
+    "CREATE TABLE IF NOT EXISTS tasks (
+        task bytea PRIMARY KEY,
+        latest_seq bigint NOT NULL,
+        latest_created_at_ms bigint NOT NULL,
+        snapshot_bytes bigint NOT NULL,
+        deltas_since_snapshot integer NOT NULL,
+        delta_bytes_since_snapshot bigint NOT NULL,
+        versions_since_snapshot integer[] NOT NULL
+    )",
+    "CREATE TABLE IF NOT EXISTS checkpoints (
+        task bytea NOT NULL,
+        seq bigint NOT NULL,
+        created_at_ms bigint NOT NULL,
+        schema_version integer NOT NULL,
+        snapshot boolean NOT NULL,
+        body bytea NOT NULL,
+        origin_task bytea,
+        origin_seq bigint,
+        write_id text NOT NULL,
+        PRIMARY KEY (task, seq)
+    )",
+    "CREATE TABLE IF NOT EXISTS calls (
+        task bytea NOT NULL,
+        call_id bytea NOT NULL,
+        tool bytea NOT NULL,
+        args bytea NOT NULL,
+        result bytea,
+        begun bigserial NOT NULL,
+        created_at_ms bigint NOT NULL,
+        PRIMARY KEY (task, call_id)
+    )",
+    "CREATE TABLE IF NOT EXISTS leases (
+        task bytea PRIMARY KEY,
+        epoch bigint NOT NULL,
+        holder text NOT NULL,
+        expires_at timestamptz NOT NULL
+    )",
+    "CREATE TABLE IF NOT EXISTS writes (
+        write_id text PRIMARY KEY,
+        task bytea,
+        seq bigint,
+        landed boolean NOT NULL,
+        at timestamptz NOT NULL DEFAULT clock_timestamp()
+    )",
+    "CREATE TABLE IF NOT EXISTS writes_pruned (
+        id integer PRIMARY KEY CHECK (id = 1),
+        before_ms bigint NOT NULL
+    )",
+    "INSERT INTO writes_pruned (id, before_ms) VALUES (1, 0) ON CONFLICT (id) DO NOTHING",
+    "CREATE INDEX IF NOT EXISTS writes_at ON writes (at)",
+    "UPDATE schema_version SET version = 2 WHERE id = 1",
+];
+
+/// A fresh schema made by version 2's statements, with one task (seq 1 to 3, as version 2
+/// wrote them: three deltas of `step`, the row's counters to match).
+fn v2_schema(name: &str) -> String {
+    let schema = common::pg::fresh_schema(name);
+    let mut sql = format!("CREATE SCHEMA {schema}; SET search_path = {schema};");
+    for s in V2_DDL {
+        sql.push_str(s);
+        sql.push(';');
+    }
+    psql(&sql);
+    // The task's rows, written through this build into a scratch schema and copied over.
+    let scratch: PgStore = common::pg::store(&format!("{name}_src"), PgOptions::default());
+    for n in 1..=3 {
+        scratch.commit("old", &step(n)).unwrap();
+    }
+    let src = scratch.options().schema.clone();
+    psql(&format!(
+        "INSERT INTO {schema}.tasks SELECT * FROM {src}.tasks;
+         INSERT INTO {schema}.checkpoints SELECT * FROM {src}.checkpoints;
+         INSERT INTO {schema}.writes SELECT * FROM {src}.writes;"
+    ));
+    schema
+}
+
+#[test]
+fn a_schema_of_version_2_is_upgraded_in_place_and_commits() {
+    let schema = v2_schema("upgrade_v2");
+    let url = common::pg::url();
+    // Not readable as it is: a writer must open it first.
+    assert!(matches!(
+        PgStore::<agentwal::AgentState>::open_read_only(&url, options(&schema, 1024)),
+        Err(Error::Postgres { .. })
+    ));
+    let store: PgStore = PgStore::open(&url, options(&schema, 1024)).unwrap();
+    assert_eq!(
+        psql(&format!("SELECT version FROM {schema}.schema_version")),
+        "3"
+    );
+    assert_eq!(store.commit("old", &step(4)).unwrap(), 4);
+    assert_eq!(store.commit("new", &step(1)).unwrap(), 1);
+    let reference: PgStore = common::pg::store("upgrade_v2_ref", PgOptions::default());
+    for n in 1..=4 {
+        reference.commit("old", &step(n)).unwrap();
+    }
+    assert_eq!(
+        store.load_latest("old").unwrap().unwrap().state,
+        reference.load_latest("old").unwrap().unwrap().state
+    );
+    assert!(
+        store
+            .verify_with(agentwal::BodyCheck::Require)
+            .unwrap()
+            .problems
+            .is_empty()
+    );
+    // Opening again changes nothing; a read-only open now succeeds.
+    let again: PgStore = PgStore::open(&url, options(&schema, 1024)).unwrap();
+    assert_eq!(again.commit("old", &step(5)).unwrap(), 5);
+    PgStore::<agentwal::AgentState>::open_read_only(&url, options(&schema, 1024)).unwrap();
+}
+
+#[test]
+fn handles_opening_a_version_2_schema_at_once_all_upgrade_and_commit() {
+    let schema = v2_schema("upgrade_at_once");
+    let url = common::pg::url();
+    let threads: Vec<_> = (0..8)
+        .map(|i| {
+            let (schema, url) = (schema.clone(), url.clone());
+            std::thread::spawn(move || {
+                let store: PgStore = PgStore::open(&url, options(&schema, 1024)).unwrap();
+                let task = format!("task{i}");
+                for n in 1..=5 {
+                    assert_eq!(store.commit(&task, &step(n)).unwrap(), n);
+                }
+                store.commit("old", &step(100 + i)).unwrap()
+            })
+        })
+        .collect();
+    let mut seqs: Vec<u64> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+    seqs.sort();
+    assert_eq!(seqs, (4..12).collect::<Vec<u64>>());
+    assert_eq!(
+        psql(&format!("SELECT version FROM {schema}.schema_version")),
+        "3"
+    );
+    assert_eq!(
+        psql(&format!(
+            "SELECT count(*) FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+             WHERE n.nspname = '{schema}' AND p.proname = 'agentwal_commit'"
+        )),
+        "1"
+    );
+}
