@@ -10,6 +10,11 @@ use crate::backends::{self, Backend};
 /// 4 minutes.
 pub const FULL_ROUNDS_DEFAULT: usize = 9;
 
+/// Rounds of a full compaction suite (`Suite::Compaction`): its figures are ratios of
+/// byte counters, which move little from round to round, and latency tails, whose
+/// compacting and not-compacting runs alternate within each round.
+pub const COMPACTION_ROUNDS_DEFAULT: usize = 3;
+
 /// Where each backend run happens.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Process {
@@ -39,6 +44,10 @@ pub enum Suite {
     /// `AGENTWAL_BENCH_SUITE=postgres`: agentwal on PostgreSQL against `postgres-seed`,
     /// the local engine beside them (`bench-results/workload-postgres.md`).
     Postgres,
+    /// `AGENTWAL_BENCH_SUITE=compaction`: write amplification, recycled segments and commit
+    /// latency under CPU contention of the background compactor (`compaction`,
+    /// `bench-results/workload-compaction.md`); no backends.
+    Compaction,
 }
 
 pub struct Config {
@@ -102,7 +111,8 @@ fn suite_from_env() -> Suite {
     match std::env::var("AGENTWAL_BENCH_SUITE").as_deref() {
         Err(_) | Ok("") | Ok("local") => Suite::Local,
         Ok("postgres") => Suite::Postgres,
-        Ok(other) => panic!("AGENTWAL_BENCH_SUITE={other:?}: local or postgres"),
+        Ok("compaction") => Suite::Compaction,
+        Ok(other) => panic!("AGENTWAL_BENCH_SUITE={other:?}: local, postgres or compaction"),
     }
 }
 
@@ -150,6 +160,7 @@ fn backends_from_env(suite: Suite) -> Vec<&'static dyn Backend> {
             Suite::Postgres => backends::POSTGRES_SUITE.to_vec(),
             #[cfg(not(feature = "postgres"))]
             Suite::Postgres => not_built(),
+            Suite::Compaction => Vec::new(),
         },
     }
 }
@@ -167,6 +178,8 @@ impl Config {
             threads: threads_from_env(quick),
             rounds: env_parse("AGENTWAL_BENCH_ROUNDS").unwrap_or(if quick {
                 1
+            } else if suite == Suite::Compaction {
+                COMPACTION_ROUNDS_DEFAULT
             } else {
                 FULL_ROUNDS_DEFAULT
             }),

@@ -82,6 +82,16 @@
 //! `bench-results/workload-postgres.md` (`backends/pg_cluster.rs`, `report/postgres.rs`).
 //! Without `--features postgres` the PG peers do not exist and the run says so.
 //!
+//! # The compaction suite
+//! `AGENTWAL_BENCH_SUITE=compaction cargo bench --bench workload`: agentwal alone, with
+//! its background compactor: write amplification of compaction on a large tool-call
+//! journal (64 KiB and 256 KiB segments) and on this workload at the default segment size
+//! (enough steps for about six rotations), segments recycled against new ones and zeros written
+//! ahead (whole run and steady state), and commit latency (p50 to max) under CPU
+//! contention from two spinning threads with the compactor on and off, alternating
+//! (`compaction`, `report/compaction.rs`). Default 3 rounds. Report:
+//! `bench-results/workload-compaction.md`.
+//!
 //! Results: the table is printed and written to `bench-results/workload.md` with an SVG
 //! chart `bench-results/workload.svg` (quick mode writes to `target/bench-results/`).
 //!
@@ -120,6 +130,7 @@ mod backends;
 #[path = "../common/mod.rs"]
 #[allow(dead_code)] // the workload bench uses only its median
 mod common;
+mod compaction;
 mod config;
 mod fresh;
 mod generator;
@@ -180,6 +191,17 @@ fn main() {
     let cfg = Config::from_env();
     metering::count_device_of(&cfg.base);
     let started = Instant::now();
+    if cfg.suite == config::Suite::Compaction {
+        eprintln!(
+            "compaction suite: {} mode, {} round(s), stores under {}",
+            if cfg.quick { "quick" } else { "full" },
+            cfg.rounds,
+            cfg.base.display()
+        );
+        let suite = compaction::run_suite(&cfg);
+        report::compaction::write(&cfg, &suite, &provenance::provenance(&cfg));
+        return;
+    }
     eprintln!(
         "workload bench: {} mode, {}, S = {}, T = {:?}, {} round(s), stores under {}",
         if cfg.quick { "quick" } else { "full" },

@@ -69,7 +69,7 @@ fn header(w: &mut String, cfg: &Config, run: &Run, prov: &Provenance) {
 
 /// The `AGENTWAL_BENCH_*` variables this run had, which reproduce its mode: all but the
 /// children's markers and where the report goes.
-fn command_env() -> String {
+pub(crate) fn command_env() -> String {
     let mut vars: Vec<(String, String)> = std::env::vars()
         .filter(|(k, _)| {
             k.starts_with("AGENTWAL_BENCH_")

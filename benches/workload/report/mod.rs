@@ -1,6 +1,7 @@
 //! The report: the Markdown tables (`markdown`), the SVG chart (`svg`), the JSON results
 //! (`json`) and the number formats they use.
 
+pub mod compaction;
 pub mod json;
 pub mod markdown;
 #[cfg(feature = "postgres")]
