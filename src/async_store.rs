@@ -314,11 +314,25 @@ fn reply_channel<T: Send + 'static>() -> (Reply<T>, impl Future<Output = Result<
 pub(crate) async fn run_blocking<T: Send + 'static>(
     op: impl FnOnce() -> Result<T> + Send + 'static,
 ) -> Result<T> {
-    match tokio::task::spawn_blocking(op).await {
+    let joined = tokio::task::spawn_blocking(op).await;
+    join_outcome(
+        joined,
+        "the runtime shut down before a blocking store call ran",
+    )
+}
+
+/// The outcome of a store call run as a tokio task: a panic in it resumes here, as in a
+/// blocking call; a task the runtime cancelled (it shut down first) is `Error::Io` with
+/// `cancelled` as its context.
+pub(crate) fn join_outcome<T>(
+    joined: std::result::Result<Result<T>, tokio::task::JoinError>,
+    cancelled: &str,
+) -> Result<T> {
+    match joined {
         Ok(result) => result,
         Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
         Err(e) => Err(Error::Io {
-            context: "the runtime shut down before a blocking store call ran".into(),
+            context: cancelled.into(),
             source: std::io::Error::new(std::io::ErrorKind::Interrupted, e),
         }),
     }

@@ -5,15 +5,15 @@
 //! only if the row is still that one, and otherwise returns it, and the client decides
 //! again. A second round trip comes only when the hint was missing or stale.
 
-use std::cell::RefCell;
-use std::rc::Rc;
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
+use parking_lot::Mutex;
 use tokio_postgres::types::Type;
 
 use super::PgStore;
 use super::commit_fn::{self, Answer, CALL_SQL, CALL_TYPES, Call};
-use super::conn::{Attempt, Conn, Fail, Shared};
+use super::conn::{Attempt, Conn, Fail, Shared, attempt};
 use super::hint::Hint;
 use super::load::fold;
 use super::protocol::judge_fence;
@@ -40,7 +40,7 @@ struct Pending {
     /// Whether `hint` is the row the server returned during this call (not a hint kept
     /// from an earlier call).
     confirmed: bool,
-    prepared: Option<Rc<Prepared>>,
+    prepared: Option<Arc<Prepared>>,
 }
 
 /// What a commit needs besides the connection, its write id and the state being built.
@@ -110,7 +110,7 @@ async fn commit_attempt<S: State>(
     c: &mut Conn,
     id: &str,
     a: &Attempted<'_, S>,
-    pending: &RefCell<Pending>,
+    pending: &Mutex<Pending>,
 ) -> Attempt<u64> {
     let prepared = c.prepare_cached(COMMIT_STATEMENTS).await?;
     shared
@@ -118,7 +118,7 @@ async fn commit_attempt<S: State>(
         .fetch_add(prepared, Ordering::Relaxed);
     loop {
         let (hint, step, snapshot) = {
-            let p = pending.borrow();
+            let p = pending.lock();
             let step = decide(&p, a.delta_bytes.len() as u64, S::VERSION, a.snapshot_every);
             (p.hint.clone(), step, p.prepared.clone())
         };
@@ -127,7 +127,7 @@ async fn commit_attempt<S: State>(
                 let bytes = prepare_snapshot::<S>(shared, c, a.task, hint.latest_seq, a.delta);
                 let bytes = bytes.await?;
                 let base = hint.latest_seq;
-                pending.borrow_mut().prepared = Some(Rc::new(Prepared { base, bytes }));
+                pending.lock().prepared = Some(Arc::new(Prepared { base, bytes }));
                 continue;
             }
             Step::ReadRow => call(shared, c, id, a, &hint, None).await?,
@@ -145,7 +145,7 @@ async fn commit_attempt<S: State>(
             }
             Answer::Stale(row) => {
                 shared.hints.put(a.task, row.clone());
-                let mut p = pending.borrow_mut();
+                let mut p = pending.lock();
                 p.hint = row;
                 p.confirmed = true;
             }
@@ -233,13 +233,14 @@ impl<S: State> PgStore<S> {
     /// [`Store::commit`](crate::Store::commit)). Durable when it returns, as far as the
     /// server's `synchronous_commit` promises (docs/postgres.md §5).
     pub fn commit(&self, task: &str, delta: &S::Delta) -> Result<u64> {
-        self.commit_inner(task, None, delta)
+        self.shared.block_on(self.commit_async(task, None, delta))
     }
 
     /// Like [`commit`](Self::commit), but only if the task's latest seq is `expected_seq`
     /// (0: the task must not exist); otherwise [`Error::Conflict`].
     pub fn commit_if(&self, task: &str, expected_seq: u64, delta: &S::Delta) -> Result<u64> {
-        self.commit_inner(task, Some(expected_seq), delta)
+        self.shared
+            .block_on(self.commit_async(task, Some(expected_seq), delta))
     }
 
     /// Round trips this handle's commits made so far (statements prepared, calls of the
@@ -250,7 +251,14 @@ impl<S: State> PgStore<S> {
         self.shared.commit_round_trips.load(Ordering::Relaxed)
     }
 
-    fn commit_inner(&self, task: &str, expected: Option<u64>, delta: &S::Delta) -> Result<u64> {
+    /// [`commit`](Self::commit) (`expected`: `None`) or [`commit_if`](Self::commit_if),
+    /// as a future.
+    pub(super) async fn commit_async(
+        &self,
+        task: &str,
+        expected: Option<u64>,
+        delta: &S::Delta,
+    ) -> Result<u64> {
         validate_id("task id", task, TASK_ID_BYTES_MAX)?;
         // Values are encoded before any transaction begins.
         let delta_bytes = codec::encode(delta)?;
@@ -265,22 +273,26 @@ impl<S: State> PgStore<S> {
             keep: o.keep_checkpoints,
             max_age: o.max_age,
         };
-        let pending = RefCell::new(Pending {
+        // A mutex, locked only between awaits, where a `RefCell` would do: the future
+        // must be `Send` for `AsyncPgStore` to spawn it.
+        let pending = Mutex::new(Pending {
             hint: self.shared.hints.get(task),
             confirmed: false,
             prepared: None,
         });
-        let shared = &*self.shared;
-        shared.run_write(
-            "committing a checkpoint",
-            task,
-            // Landed, as `resolve` found: the row it left is not known here.
-            |seq| {
-                shared.hints.forget(task);
-                seq.unwrap_or(0)
-            },
-            async |c, id| commit_attempt(shared, c, id, &attempted, &pending).await,
-        )
+        let (shared, attempted, pending) = (&*self.shared, &attempted, &pending);
+        shared
+            .run_write_async(
+                "committing a checkpoint",
+                task,
+                // Landed, as `resolve` found: the row it left is not known here.
+                |seq| {
+                    shared.hints.forget(task);
+                    seq.unwrap_or(0)
+                },
+                attempt!(|c, id| commit_attempt(shared, c, id, attempted, pending).await),
+            )
+            .await
     }
 }
 
@@ -303,7 +315,7 @@ mod tests {
             },
             confirmed,
             prepared: prepared.map(|base| {
-                Rc::new(Prepared {
+                Arc::new(Prepared {
                     base,
                     bytes: vec![],
                 })

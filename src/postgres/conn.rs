@@ -170,9 +170,31 @@ pub(super) struct Shared {
     /// Round trips the commit path made on this handle: statements prepared, calls of
     /// the commit function, folds of a state to snapshot (`PgStore::commit_round_trips`).
     pub commit_round_trips: AtomicU64,
-    /// Drives the connections; calls block on it from the caller's thread. Declared last,
-    /// so the clients above close before it shuts down.
-    rt: tokio::runtime::Runtime,
+    /// The handle's runtime, which drives the connections: the blocking API blocks on it
+    /// from the caller's thread (`block_on`), the async API spawns its calls onto it
+    /// (`spawn`). Through this handle to it, so that `rt` can be taken out in `drop`.
+    handle: tokio::runtime::Handle,
+    /// The runtime itself, owned here; `None` only while `Shared` is dropped.
+    rt: Option<tokio::runtime::Runtime>,
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        // The idle clients close before the runtime that drives them shuts down.
+        self.idle.get_mut().clear();
+        let Some(rt) = self.rt.take() else {
+            return;
+        };
+        // Dropping a runtime waits for its threads, which tokio refuses (a panic) inside
+        // any runtime's async context; and the last handle can be dropped there: in a
+        // caller's task, or in a call spawned onto this very runtime that outlived its
+        // caller (a dropped future of `AsyncPgStore`). There the runtime is shut down
+        // without waiting: its threads end on their own.
+        match tokio::runtime::Handle::try_current() {
+            Ok(_) => rt.shutdown_background(),
+            Err(_) => drop(rt),
+        }
+    }
 }
 
 impl Shared {
@@ -219,13 +241,27 @@ impl Shared {
             writes_done: std::sync::atomic::AtomicU64::new(0),
             hints: Hints::default(),
             commit_round_trips: AtomicU64::new(0),
-            rt,
+            handle: rt.handle().clone(),
+            rt: Some(rt),
         })
     }
 
-    /// Runs `f` to completion on the handle's runtime.
+    /// Runs `f` to completion on the caller's thread, with the handle's runtime driving
+    /// the connections (a multi-thread runtime's workers drive its I/O and timers, so
+    /// blocking through its `Handle` is as good as through the `Runtime`).
     pub fn block_on<F: Future>(&self, f: F) -> F::Output {
-        self.rt.block_on(f)
+        self.handle.block_on(f)
+    }
+
+    /// Runs `f` as a task of the handle's runtime: awaiting the `JoinHandle` holds no
+    /// thread, from any caller's runtime (or from this one).
+    #[cfg(feature = "tokio")]
+    pub fn spawn<F>(&self, f: F) -> tokio::task::JoinHandle<F::Output>
+    where
+        F: Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        self.handle.spawn(f)
     }
 
     /// A connection: an idle one that is still open, or a new one.
@@ -298,32 +334,77 @@ impl Shared {
         context: &str,
         f: impl AsyncFn(&mut Conn) -> Attempt<T>,
     ) -> Result<T> {
+        let f = &f;
+        self.block_on(self.run_read_async(context, move |mut c| async move {
+            let out = f(&mut c).await;
+            (c, out)
+        }))
+    }
+
+    /// [`run_read`](Self::run_read) as a future, `Send` when `f`'s futures are (write `f`
+    /// with [`attempt!`]); the deadline counts from its first poll.
+    pub async fn run_read_async<T, F>(&self, context: &str, f: impl Fn(Conn) -> F) -> Result<T>
+    where
+        F: Future<Output = (Conn, Attempt<T>)>,
+    {
         let deadline = self.deadline();
-        self.block_on(async {
-            let mut last = String::from("no attempt finished");
-            loop {
-                let attempt = async {
-                    let mut client = self.get().await?;
-                    let out = f(&mut client).await;
-                    if !matches!(out, Err(Fail::Db(_))) {
-                        self.put(client);
-                    }
-                    out
-                };
-                match timeout_at(deadline, attempt).await {
-                    Ok(Ok(v)) => return Ok(v),
-                    Ok(Err(Fail::Api(e))) => return Err(e),
-                    Ok(Err(Fail::Db(e))) if definite(&e) => return Err(pg_error(context, &e)),
-                    Ok(Err(Fail::Db(e))) => last = e.to_string(),
-                    Err(_) => return Err(deadline_error(context, &self.options, &last)),
+        let mut last = String::from("no attempt finished");
+        loop {
+            let attempt = async {
+                let (client, out) = f(self.get().await?).await;
+                if !matches!(out, Err(Fail::Db(_))) {
+                    self.put(client);
                 }
-                if timeout_at(deadline, sleep(RETRY_PAUSE)).await.is_err() {
-                    return Err(deadline_error(context, &self.options, &last));
-                }
+                out
+            };
+            match timeout_at(deadline, attempt).await {
+                Ok(Ok(v)) => return Ok(v),
+                Ok(Err(Fail::Api(e))) => return Err(e),
+                Ok(Err(Fail::Db(e))) if definite(&e) => return Err(pg_error(context, &e)),
+                Ok(Err(Fail::Db(e))) => last = e.to_string(),
+                Err(_) => return Err(deadline_error(context, &self.options, &last)),
             }
-        })
+            if timeout_at(deadline, sleep(RETRY_PAUSE)).await.is_err() {
+                return Err(deadline_error(context, &self.options, &last));
+            }
+        }
     }
 }
+
+/// One attempt's body for [`Shared::run_read_async`] (`attempt!(|c| body)`) or
+/// [`Shared::run_write_async`] (`attempt!(|c, id| body)`): `body` runs as an async block
+/// (`return` and `?` end the attempt) on `c: &mut Conn` and, for a write, `id: &str`,
+/// the attempt's write id; the connection goes back to the caller with the outcome.
+///
+/// Not an async closure (`AsyncFn(&mut Conn)`, what the blocking `run_read` takes): the
+/// future of one borrows the closure, and rustc cannot prove a future that holds such a
+/// borrow across an await `Send` ("implementation of `Send` is not general enough"), so
+/// `AsyncPgStore` could not spawn it. Here the connection moves in and out instead, and
+/// each attempt copies what the body captures: only `Copy` values (references, mostly).
+macro_rules! attempt {
+    (|$c:ident| $body:expr) => {
+        move |mut conn: $crate::postgres::conn::Conn| async move {
+            let out: $crate::postgres::conn::Attempt<_> = async {
+                let $c = &mut conn;
+                $body
+            }
+            .await;
+            (conn, out)
+        }
+    };
+    (|$c:ident, $id:ident| $body:expr) => {
+        move |mut conn: $crate::postgres::conn::Conn, id: String| async move {
+            let out: $crate::postgres::conn::Attempt<_> = async {
+                let $c = &mut conn;
+                let $id = id.as_str();
+                $body
+            }
+            .await;
+            (conn, out)
+        }
+    };
+}
+pub(super) use attempt;
 
 /// The error of a call whose deadline passed with nothing written.
 pub(super) fn deadline_error(context: &str, options: &PgOptions, last: &str) -> Error {

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::PgStore;
-use super::conn::{Attempt, Fail, RowExt};
+use super::conn::{Attempt, Fail, RowExt, attempt};
 use crate::error::{Error, Result};
 use crate::state::State;
 use crate::store::{TASK_ID_BYTES_MAX, validate_id};
@@ -48,11 +48,21 @@ impl<S: State> PgStore<S> {
     /// If this fails with `Error::Postgres` after reaching the server, the lease may have
     /// been taken all the same; acquiring again then finds it held until `ttl` passes.
     pub fn acquire(&self, task: &str, holder: &str, ttl: Duration) -> Result<Lease> {
+        self.shared.block_on(self.acquire_async(task, holder, ttl))
+    }
+
+    /// [`acquire`](Self::acquire), as a future.
+    pub(super) async fn acquire_async(
+        &self,
+        task: &str,
+        holder: &str,
+        ttl: Duration,
+    ) -> Result<Lease> {
         validate_id("task id", task, TASK_ID_BYTES_MAX)?;
         validate_id("holder name", holder, HOLDER_BYTES_MAX)?;
         let ttl_ms = check_ttl(ttl)?;
         self.shared.writable()?;
-        self.shared.run_read("acquiring a lease", async |c| {
+        self.shared.run_read_async("acquiring a lease", attempt!(|c| {
             let row = c
                 .query_opt(
                     "INSERT INTO leases AS l (task, epoch, holder, expires_at)
@@ -86,15 +96,21 @@ impl<S: State> PgStore<S> {
                 epoch: held.col::<i64>(1)? as u64,
                 expires_in_ms: held.col::<i64>(2)? as u64,
             }))
-        })
+        }))
+        .await
     }
 
     /// Extends `lease` to `ttl` from now (by the server's clock). [`Error::Fenced`] if it
     /// was taken over; a lease that expired but was not taken over is renewed.
     pub fn renew(&self, lease: &Lease, ttl: Duration) -> Result<()> {
+        self.shared.block_on(self.renew_async(lease, ttl))
+    }
+
+    /// [`renew`](Self::renew), as a future.
+    pub(super) async fn renew_async(&self, lease: &Lease, ttl: Duration) -> Result<()> {
         let ttl_ms = check_ttl(ttl)?;
         self.shared.writable()?;
-        self.shared.run_read("renewing a lease", async |c| {
+        self.shared.run_read_async("renewing a lease", attempt!(|c| {
             let n = c
                 .execute(
                     "UPDATE leases SET expires_at = clock_timestamp() + $3::float8 * interval '1 millisecond'
@@ -106,14 +122,20 @@ impl<S: State> PgStore<S> {
                 return Ok(());
             }
             Err(Fail::Api(fenced(c, lease).await?))
-        })
+        }))
+        .await
     }
 
     /// Ends `lease` now, so that another worker can acquire the task at once. Its epoch
     /// stays fenced like any older one. [`Error::Fenced`] if it was already taken over.
     pub fn release(&self, lease: &Lease) -> Result<()> {
+        self.shared.block_on(self.release_async(lease))
+    }
+
+    /// [`release`](Self::release), as a future.
+    pub(super) async fn release_async(&self, lease: &Lease) -> Result<()> {
         self.shared.writable()?;
-        self.shared.run_read("releasing a lease", async |c| {
+        self.shared.run_read_async("releasing a lease", attempt!(|c| {
             let n = c
                 .execute(
                     "UPDATE leases SET expires_at = clock_timestamp() WHERE task = $1 AND epoch = $2",
@@ -124,7 +146,8 @@ impl<S: State> PgStore<S> {
                 return Ok(());
             }
             Err(Fail::Api(fenced(c, lease).await?))
-        })
+        }))
+        .await
     }
 
     /// A handle (sharing this one's connections) whose writes to `lease.task` carry the

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use tokio_postgres::types::Type;
 use tokio_postgres::{Client, GenericClient, IsolationLevel, Row};
 
-use super::conn::{Attempt, Fail, RowExt};
+use super::conn::{Attempt, Fail, RowExt, attempt};
 use super::hint::Hint;
 use super::{PgOptions, PgStore};
 use crate::error::{Error, Result};
@@ -184,47 +184,67 @@ impl<S: State> PgStore<S> {
     /// The task's newest checkpoint, or `None` if it has none (see
     /// [`Store::load_latest`](crate::Store::load_latest)).
     pub fn load_latest(&self, task: &str) -> Result<Option<Checkpoint<S>>> {
+        self.shared.block_on(self.load_latest_async(task))
+    }
+
+    /// [`load_latest`](Self::load_latest), as a future.
+    pub(super) async fn load_latest_async(&self, task: &str) -> Result<Option<Checkpoint<S>>> {
         validate_id("task id", task, TASK_ID_BYTES_MAX)?;
-        self.shared.run_read("loading a checkpoint", async |c| {
-            let tx = read_tx(c).await?;
-            let Some(row) = task_row(&tx, task).await? else {
-                return Ok(None);
-            };
-            // What a commit after this load decides on (a hint: checked by the commit).
-            self.shared.hints.put(task, Hint::from(&row));
-            if row.latest_seq == 0 {
-                return Ok(None);
-            }
-            let (state, created_at_ms) = fold::<S>(&tx, task, row.latest_seq).await?;
-            tx.commit().await?;
-            Ok(Some(checkpoint(task, row.latest_seq, created_at_ms, state)))
-        })
+        self.shared
+            .run_read_async(
+                "loading a checkpoint",
+                attempt!(|c| {
+                    let tx = read_tx(c).await?;
+                    let Some(row) = task_row(&tx, task).await? else {
+                        return Ok(None);
+                    };
+                    // What a commit after this load decides on (a hint: checked by the commit).
+                    self.shared.hints.put(task, Hint::from(&row));
+                    if row.latest_seq == 0 {
+                        return Ok(None);
+                    }
+                    let (state, created_at_ms) = fold::<S>(&tx, task, row.latest_seq).await?;
+                    tx.commit().await?;
+                    Ok(Some(checkpoint(task, row.latest_seq, created_at_ms, state)))
+                }),
+            )
+            .await
     }
 
     /// The task's state exactly as of checkpoint `seq` (see
     /// [`Store::load`](crate::Store::load)).
     pub fn load(&self, task: &str, seq: u64) -> Result<Option<Checkpoint<S>>> {
+        self.shared.block_on(self.load_async(task, seq))
+    }
+
+    /// [`load`](Self::load), as a future.
+    pub(super) async fn load_async(&self, task: &str, seq: u64) -> Result<Option<Checkpoint<S>>> {
         validate_id("task id", task, TASK_ID_BYTES_MAX)?;
         let options = &self.shared.options;
-        self.shared.run_read("loading a checkpoint", async |c| {
-            let tx = read_tx(c).await?;
-            let Some(row) = task_row(&tx, task).await? else {
-                return Ok(None);
-            };
-            if seq == 0 || seq > row.latest_seq {
-                return Err(Fail::Api(Error::UnknownSeq {
-                    task: task.to_string(),
-                    seq,
-                    latest: row.latest_seq,
-                }));
-            }
-            if seq < retained_from(&tx, task, &row, options).await? {
-                return Ok(None);
-            }
-            let (state, created_at_ms) = fold::<S>(&tx, task, seq).await?;
-            tx.commit().await?;
-            Ok(Some(checkpoint(task, seq, created_at_ms, state)))
-        })
+        self.shared
+            .run_read_async(
+                "loading a checkpoint",
+                attempt!(|c| {
+                    let tx = read_tx(c).await?;
+                    let Some(row) = task_row(&tx, task).await? else {
+                        return Ok(None);
+                    };
+                    if seq == 0 || seq > row.latest_seq {
+                        return Err(Fail::Api(Error::UnknownSeq {
+                            task: task.to_string(),
+                            seq,
+                            latest: row.latest_seq,
+                        }));
+                    }
+                    if seq < retained_from(&tx, task, &row, options).await? {
+                        return Ok(None);
+                    }
+                    let (state, created_at_ms) = fold::<S>(&tx, task, seq).await?;
+                    tx.commit().await?;
+                    Ok(Some(checkpoint(task, seq, created_at_ms, state)))
+                }),
+            )
+            .await
     }
 
     /// The newest retained checkpoint whose state passes `accept` (see
@@ -234,8 +254,18 @@ impl<S: State> PgStore<S> {
         task: &str,
         accept: impl Fn(&S) -> bool,
     ) -> Result<Option<Checkpoint<S>>> {
-        for info in self.list_checkpoints(task)?.iter().rev() {
-            if let Some(cp) = self.load(task, info.seq)?
+        self.shared
+            .block_on(self.load_latest_matching_async(task, accept))
+    }
+
+    /// [`load_latest_matching`](Self::load_latest_matching), as a future.
+    pub(super) async fn load_latest_matching_async(
+        &self,
+        task: &str,
+        accept: impl Fn(&S) -> bool,
+    ) -> Result<Option<Checkpoint<S>>> {
+        for info in self.list_checkpoints_async(task).await?.iter().rev() {
+            if let Some(cp) = self.load_async(task, info.seq).await?
                 && accept(&cp.state)
             {
                 return Ok(Some(cp));
@@ -248,9 +278,14 @@ impl<S: State> PgStore<S> {
     /// [`Store::list_checkpoints`](crate::Store::list_checkpoints)). `bytes` is the
     /// stored body's size.
     pub fn list_checkpoints(&self, task: &str) -> Result<Vec<CheckpointInfo>> {
+        self.shared.block_on(self.list_checkpoints_async(task))
+    }
+
+    /// [`list_checkpoints`](Self::list_checkpoints), as a future.
+    pub(super) async fn list_checkpoints_async(&self, task: &str) -> Result<Vec<CheckpointInfo>> {
         validate_id("task id", task, TASK_ID_BYTES_MAX)?;
         let options = &self.shared.options;
-        self.shared.run_read("listing checkpoints", async |c| {
+        self.shared.run_read_async("listing checkpoints", attempt!(|c| {
             let tx = read_tx(c).await?;
             let Some(row) = task_row(&tx, task).await? else {
                 return Ok(Vec::new());
@@ -268,82 +303,126 @@ impl<S: State> PgStore<S> {
                 .await?;
             tx.commit().await?;
             rows.iter().map(checkpoint_info).collect()
-        })
+        }))
+        .await
     }
 
     /// The task's newest checkpoint's info, without its state: one query (see
     /// [`Store::latest_info`](crate::Store::latest_info)).
     pub fn latest_info(&self, task: &str) -> Result<Option<CheckpointInfo>> {
+        self.shared.block_on(self.latest_info_async(task))
+    }
+
+    /// [`latest_info`](Self::latest_info), as a future.
+    pub(super) async fn latest_info_async(&self, task: &str) -> Result<Option<CheckpointInfo>> {
         validate_id("task id", task, TASK_ID_BYTES_MAX)?;
         self.shared
-            .run_read("reading a task's latest checkpoint", async |c| {
-                let row = c
-                    .query_typed_opt(
-                        "SELECT c.seq, c.created_at_ms, octet_length(c.body), c.snapshot,
+            .run_read_async(
+                "reading a task's latest checkpoint",
+                attempt!(|c| {
+                    let row = c
+                        .query_typed_opt(
+                            "SELECT c.seq, c.created_at_ms, octet_length(c.body), c.snapshot,
                             c.origin_task, c.origin_seq
                      FROM tasks t JOIN checkpoints c ON c.task = t.task AND c.seq = t.latest_seq
                      WHERE t.task = $1",
-                        &[(&task.as_bytes(), Type::BYTEA)],
-                    )
-                    .await?;
-                row.as_ref().map(checkpoint_info).transpose()
-            })
+                            &[(&task.as_bytes(), Type::BYTEA)],
+                        )
+                        .await?;
+                    row.as_ref().map(checkpoint_info).transpose()
+                }),
+            )
+            .await
     }
 
     /// Ids of all tasks, sorted (see [`Store::tasks`](crate::Store::tasks)).
     pub fn tasks(&self) -> Result<Vec<String>> {
-        self.shared.run_read("listing tasks", async |c| {
-            let rows = c.query("SELECT task FROM tasks", &[]).await?;
-            let mut ids = rows
-                .iter()
-                .map(|r| utf8("task id", r.col(0)?))
-                .collect::<Attempt<Vec<String>>>()?;
-            ids.sort_unstable();
-            Ok(ids)
-        })
+        self.shared.block_on(self.tasks_async())
+    }
+
+    /// [`tasks`](Self::tasks), as a future.
+    pub(super) async fn tasks_async(&self) -> Result<Vec<String>> {
+        self.shared
+            .run_read_async(
+                "listing tasks",
+                attempt!(|c| {
+                    let rows = c.query("SELECT task FROM tasks", &[]).await?;
+                    let mut ids = rows
+                        .iter()
+                        .map(|r| utf8("task id", r.col(0)?))
+                        .collect::<Attempt<Vec<String>>>()?;
+                    ids.sort_unstable();
+                    Ok(ids)
+                }),
+            )
+            .await
     }
 
     /// The recorded result of a finished call (see
     /// [`Store::call_result`](crate::Store::call_result)).
     pub fn call_result(&self, task: &str, call_id: &str) -> Result<Option<Vec<u8>>> {
+        self.shared.block_on(self.call_result_async(task, call_id))
+    }
+
+    /// [`call_result`](Self::call_result), as a future.
+    pub(super) async fn call_result_async(
+        &self,
+        task: &str,
+        call_id: &str,
+    ) -> Result<Option<Vec<u8>>> {
         validate_id("task id", task, TASK_ID_BYTES_MAX)?;
         validate_id("call id", call_id, CALL_ID_BYTES_MAX)?;
-        self.shared.run_read("reading a call's result", async |c| {
-            let row = c
-                .query_opt(
-                    "SELECT result FROM calls WHERE task = $1 AND call_id = $2",
-                    &[&task.as_bytes(), &call_id.as_bytes()],
-                )
-                .await?;
-            match row {
-                Some(r) => r.col::<Option<Vec<u8>>>(0),
-                None => Ok(None),
-            }
-        })
+        self.shared
+            .run_read_async(
+                "reading a call's result",
+                attempt!(|c| {
+                    let row = c
+                        .query_opt(
+                            "SELECT result FROM calls WHERE task = $1 AND call_id = $2",
+                            &[&task.as_bytes(), &call_id.as_bytes()],
+                        )
+                        .await?;
+                    match row {
+                        Some(r) => r.col::<Option<Vec<u8>>>(0),
+                        None => Ok(None),
+                    }
+                }),
+            )
+            .await
     }
 
     /// Calls of the task that began and never finished, in the order they began (see
     /// [`Store::pending_calls`](crate::Store::pending_calls)).
     pub fn pending_calls(&self, task: &str) -> Result<Vec<PendingCall>> {
+        self.shared.block_on(self.pending_calls_async(task))
+    }
+
+    /// [`pending_calls`](Self::pending_calls), as a future.
+    pub(super) async fn pending_calls_async(&self, task: &str) -> Result<Vec<PendingCall>> {
         validate_id("task id", task, TASK_ID_BYTES_MAX)?;
-        self.shared.run_read("listing pending calls", async |c| {
-            let rows = c
-                .query(
-                    "SELECT call_id, tool, args FROM calls
+        self.shared
+            .run_read_async(
+                "listing pending calls",
+                attempt!(|c| {
+                    let rows = c
+                        .query(
+                            "SELECT call_id, tool, args FROM calls
                      WHERE task = $1 AND result IS NULL ORDER BY begun",
-                    &[&task.as_bytes()],
-                )
-                .await?;
-            rows.iter()
-                .map(|r| {
-                    Ok(PendingCall {
-                        call_id: utf8("call id", r.col(0)?)?,
-                        tool: utf8("tool name", r.col(1)?)?,
-                        args: r.col(2)?,
-                    })
-                })
-                .collect()
-        })
+                            &[&task.as_bytes()],
+                        )
+                        .await?;
+                    rows.iter()
+                        .map(|r| {
+                            Ok(PendingCall {
+                                call_id: utf8("call id", r.col(0)?)?,
+                                tool: utf8("tool name", r.col(1)?)?,
+                                args: r.col(2)?,
+                            })
+                        })
+                        .collect()
+                }),
+            )
+            .await
     }
 }
 

@@ -11,7 +11,8 @@
 //!
 //! The API is blocking, like [`Store`](crate::Store)'s: every call runs on a small tokio
 //! runtime the handle owns and returns within [`PgOptions::deadline`]. Call it from plain
-//! threads; from async code, through `AsyncPgStore` (with the `tokio` feature too).
+//! threads; from async code, through `AsyncPgStore` (with the `tokio` feature too), whose
+//! calls run as tasks of that same runtime.
 
 mod api;
 #[cfg(feature = "tokio")]

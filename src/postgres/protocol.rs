@@ -2,9 +2,8 @@
 //! attempt, the fence check inside the transaction, and settling an unknown outcome before
 //! the call returns.
 
-use std::cell::Cell;
 use std::hash::{BuildHasher, Hasher};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use super::statements::{self, Session};
 use tokio::time::{Instant, sleep, timeout_at};
@@ -137,31 +136,54 @@ impl Shared {
         landed: impl Fn(Option<u64>) -> T,
         f: impl AsyncFn(&mut Conn, &str) -> Attempt<T>,
     ) -> Result<T> {
+        let f = &f;
+        let f = move |mut c: Conn, id: String| async move {
+            let out = f(&mut c, &id).await;
+            (c, out)
+        };
+        self.block_on(self.run_write_async(context, task, landed, f))
+    }
+
+    /// [`run_write`](Self::run_write) as a future, `Send` when `f`'s futures are (write
+    /// `f` with [`attempt!`](super::conn::attempt)); the deadline counts from its first
+    /// poll. `f` gets each attempt's write id.
+    pub async fn run_write_async<T, F>(
+        &self,
+        context: &str,
+        task: &str,
+        landed: impl Fn(Option<u64>) -> T,
+        f: impl Fn(Conn, String) -> F,
+    ) -> Result<T>
+    where
+        F: Future<Output = (Conn, Attempt<T>)>,
+    {
         self.writable()?;
         let deadline = self.deadline();
-        self.block_on(async {
-            let mut last = String::from("no attempt finished");
-            loop {
-                let id = new_write_id();
-                let sent = Cell::new(false);
-                let cancelled = Cell::new(false);
-                let attempt = async {
-                    let mut client = self.get().await?;
-                    sent.set(true);
-                    let cancels = client.sync_rep_cancels();
-                    let out = f(&mut client, &id).await;
-                    cancelled.set(client.sync_rep_cancels() != cancels);
-                    if !matches!(out, Err(Fail::Db(_))) {
-                        self.put(client);
-                    }
-                    out
-                };
-                let cause = match timeout_at(deadline, attempt).await {
-                    // COMMIT said success, with the warning that its wait for the
-                    // synchronous standby was cancelled: committed on the primary, perhaps
-                    // not on the standby. Settled like an unknown outcome: `resolve_on`'s
-                    // own COMMIT waits for the standby (docs/postgres.md §5).
-                    Ok(Ok(v)) if cancelled.get() => match self.settle(&id, deadline).await {
+        let mut last = String::from("no attempt finished");
+        loop {
+            let id = new_write_id();
+            // Atomics, not `Cell`s, so that the future is `Send` (`AsyncPgStore` spawns
+            // it); read once `attempt` has ended or the deadline dropped it.
+            let sent = AtomicBool::new(false);
+            let cancelled = AtomicBool::new(false);
+            let attempt = async {
+                let client = self.get().await?;
+                sent.store(true, Ordering::Relaxed);
+                let cancels = client.sync_rep_cancels();
+                let (client, out) = f(client, id.clone()).await;
+                cancelled.store(client.sync_rep_cancels() != cancels, Ordering::Relaxed);
+                if !matches!(out, Err(Fail::Db(_))) {
+                    self.put(client);
+                }
+                out
+            };
+            let cause = match timeout_at(deadline, attempt).await {
+                // COMMIT said success, with the warning that its wait for the
+                // synchronous standby was cancelled: committed on the primary, perhaps
+                // not on the standby. Settled like an unknown outcome: `resolve_on`'s
+                // own COMMIT waits for the standby (docs/postgres.md §5).
+                Ok(Ok(v)) if cancelled.load(Ordering::Relaxed) => {
+                    match self.settle(&id, deadline).await {
                         Some(Resolution::Landed { .. }) => {
                             self.after_write(deadline).await;
                             return Ok(v);
@@ -172,41 +194,41 @@ impl Shared {
                         }
                         None => {
                             let cause = "the server cancelled the COMMIT's wait for the \
-                                         synchronous standby (pg_cancel_backend): committed on \
-                                         the primary, not known to be on the standby"
+                                         synchronous standby (pg_cancel_backend): committed \
+                                         on the primary, not known to be on the standby"
                                 .to_string();
                             return Err(indeterminate(task, &id, cause));
                         }
-                    },
-                    Ok(Ok(v)) => {
-                        self.after_write(deadline).await;
-                        return Ok(v);
                     }
-                    Ok(Err(Fail::Api(e))) => return Err(e),
-                    Ok(Err(Fail::Db(e))) if definite(&e) => return Err(pg_error(context, &e)),
-                    Ok(Err(Fail::Db(e))) if !sent.get() => e.to_string(),
-                    Ok(Err(Fail::Db(e))) => match self.settle(&id, deadline).await {
-                        Some(Resolution::Landed { seq }) => return Ok(landed(seq)),
-                        Some(Resolution::NotLanded) => e.to_string(),
-                        None => return Err(indeterminate(task, &id, e.to_string())),
-                    },
-                    Err(_) if !sent.get() => {
-                        return Err(deadline_error(context, &self.options, &last));
-                    }
-                    Err(_) => {
-                        let cause = format!(
-                            "no answer within the deadline of {} ms",
-                            self.options.deadline.as_millis()
-                        );
-                        return Err(indeterminate(task, &id, cause));
-                    }
-                };
-                last = cause;
-                if timeout_at(deadline, sleep(RETRY_PAUSE)).await.is_err() {
+                }
+                Ok(Ok(v)) => {
+                    self.after_write(deadline).await;
+                    return Ok(v);
+                }
+                Ok(Err(Fail::Api(e))) => return Err(e),
+                Ok(Err(Fail::Db(e))) if definite(&e) => return Err(pg_error(context, &e)),
+                Ok(Err(Fail::Db(e))) if !sent.load(Ordering::Relaxed) => e.to_string(),
+                Ok(Err(Fail::Db(e))) => match self.settle(&id, deadline).await {
+                    Some(Resolution::Landed { seq }) => return Ok(landed(seq)),
+                    Some(Resolution::NotLanded) => e.to_string(),
+                    None => return Err(indeterminate(task, &id, e.to_string())),
+                },
+                Err(_) if !sent.load(Ordering::Relaxed) => {
                     return Err(deadline_error(context, &self.options, &last));
                 }
+                Err(_) => {
+                    let cause = format!(
+                        "no answer within the deadline of {} ms",
+                        self.options.deadline.as_millis()
+                    );
+                    return Err(indeterminate(task, &id, cause));
+                }
+            };
+            last = cause;
+            if timeout_at(deadline, sleep(RETRY_PAUSE)).await.is_err() {
+                return Err(deadline_error(context, &self.options, &last));
             }
-        })
+        }
     }
 
     /// Settles write `id` before `deadline`: retried on fresh connections while the

@@ -3,7 +3,7 @@
 use tokio_postgres::Client;
 
 use super::PgStore;
-use super::conn::{Attempt, Fail, RowExt};
+use super::conn::{Attempt, Fail, RowExt, attempt};
 use super::protocol::write_id_created_ms;
 use crate::error::{Error, Result};
 use crate::state::State;
@@ -97,8 +97,17 @@ impl<S: State> PgStore<S> {
     /// A read-only handle refuses it ([`Error::ReadOnly`]):
     /// settling a write inserts its id.
     pub fn resolve(&self, write_id: &str) -> Result<Resolution> {
+        self.shared.block_on(self.resolve_async(write_id))
+    }
+
+    /// [`resolve`](Self::resolve), as a future.
+    pub(super) async fn resolve_async(&self, write_id: &str) -> Result<Resolution> {
         self.shared.writable()?;
         self.shared
-            .run_read("resolving a write", async |c| resolve_on(c, write_id).await)
+            .run_read_async(
+                "resolving a write",
+                attempt!(|c| resolve_on(c, write_id).await),
+            )
+            .await
     }
 }

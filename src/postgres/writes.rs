@@ -6,7 +6,7 @@ use tokio_postgres::Transaction;
 use tokio_postgres::types::Type;
 
 use super::PgStore;
-use super::conn::{Attempt, Fail, RowExt};
+use super::conn::{Attempt, Fail, RowExt, attempt};
 use super::load::{LOCK_TASK_SQL, TaskRow, task_row};
 use super::protocol::{check_fence, record_write};
 use super::statements::{self, Session};
@@ -177,162 +177,211 @@ impl<S: State> PgStore<S> {
     /// Starts `new_task` from `task`'s state at `seq` (see
     /// [`Store::fork`](crate::Store::fork)).
     pub fn fork(&self, task: &str, seq: u64, new_task: &str) -> Result<u64> {
+        self.shared.block_on(self.fork_async(task, seq, new_task))
+    }
+
+    /// [`fork`](Self::fork), as a future: the load of the source and the write, each
+    /// within its own deadline, as the blocking call does them.
+    pub(super) async fn fork_async(&self, task: &str, seq: u64, new_task: &str) -> Result<u64> {
         validate_id("task id", new_task, TASK_ID_BYTES_MAX)?;
-        let Some(source) = self.load(task, seq)? else {
-            let exists = self.shared.run_read("forking a task", async |c| {
-                Ok(task_row(&**c, task)
-                    .await?
-                    .is_some_and(|r| r.latest_seq > 0))
-            })?;
+        let Some(source) = self.load_async(task, seq).await? else {
+            let exists = self
+                .shared
+                .run_read_async(
+                    "forking a task",
+                    attempt!(|c| {
+                        Ok(task_row(&**c, task)
+                            .await?
+                            .is_some_and(|r| r.latest_seq > 0))
+                    }),
+                )
+                .await?;
             return Err(journal::fork_source_gone(task, seq, exists));
         };
-        let body = codec::encode(&*source.state)?;
+        let bytes = codec::encode(&*source.state)?;
+        let body = bytes.as_slice();
         let epoch = self.epoch_for(new_task);
-        self.shared.run_write(
-            "forking a task",
-            new_task,
-            |_| 1,
-            async |c, id| {
-                let tx = c.transaction().await?;
-                check_fence(&tx, new_task, epoch).await?;
-                let row = lock_or_create_task(&tx, new_task).await?;
-                if row.latest_seq != 0 {
-                    return Err(Fail::Api(Error::TaskExists {
-                        task: new_task.to_string(),
-                    }));
-                }
-                record_write(&tx, id, new_task, Some(1)).await?;
-                let cp = NewCheckpoint {
-                    seq: 1,
-                    created_at_ms: now_ms(),
-                    schema_version: S::VERSION,
-                    snapshot: true,
-                    body: &body,
-                    origin: Some((task, seq)),
-                };
-                insert_checkpoint(&tx, id, new_task, &row, &cp).await?;
-                tx.commit().await?;
-                Ok(1)
-            },
-        )
+        self.shared
+            .run_write_async(
+                "forking a task",
+                new_task,
+                |_| 1,
+                attempt!(|c, id| {
+                    let tx = c.transaction().await?;
+                    check_fence(&tx, new_task, epoch).await?;
+                    let row = lock_or_create_task(&tx, new_task).await?;
+                    if row.latest_seq != 0 {
+                        return Err(Fail::Api(Error::TaskExists {
+                            task: new_task.to_string(),
+                        }));
+                    }
+                    record_write(&tx, id, new_task, Some(1)).await?;
+                    let cp = NewCheckpoint {
+                        seq: 1,
+                        created_at_ms: now_ms(),
+                        schema_version: S::VERSION,
+                        snapshot: true,
+                        body,
+                        origin: Some((task, seq)),
+                    };
+                    insert_checkpoint(&tx, id, new_task, &row, &cp).await?;
+                    tx.commit().await?;
+                    Ok(1)
+                }),
+            )
+            .await
     }
 
     /// Deletes a task: its checkpoints and tool calls (see
     /// [`Store::delete_task`](crate::Store::delete_task)). Its lease, if any, stays.
     pub fn delete_task(&self, task: &str) -> Result<()> {
+        self.shared.block_on(self.delete_task_async(task))
+    }
+
+    /// [`delete_task`](Self::delete_task), as a future.
+    pub(super) async fn delete_task_async(&self, task: &str) -> Result<()> {
         validate_id("task id", task, TASK_ID_BYTES_MAX)?;
         let epoch = self.epoch_for(task);
         self.shared.hints.forget(task);
-        self.shared.run_write(
-            "deleting a task",
-            task,
-            |_| (),
-            async |c, id| {
-                let tx = c.transaction().await?;
-                check_fence(&tx, task, epoch).await?;
-                if lock_task(&tx, task).await?.is_none() {
-                    return Err(Fail::Api(journal::unknown_task(task)));
-                }
-                for table in ["checkpoints", "calls", "tasks"] {
-                    let sql = format!("DELETE FROM {table} WHERE task = $1");
-                    tx.execute(&sql, &[&task.as_bytes()]).await?;
-                }
-                record_write(&tx, id, task, None).await?;
-                tx.commit().await?;
-                Ok(())
-            },
-        )
+        self.shared
+            .run_write_async(
+                "deleting a task",
+                task,
+                |_| (),
+                attempt!(|c, id| {
+                    let tx = c.transaction().await?;
+                    check_fence(&tx, task, epoch).await?;
+                    if lock_task(&tx, task).await?.is_none() {
+                        return Err(Fail::Api(journal::unknown_task(task)));
+                    }
+                    for table in ["checkpoints", "calls", "tasks"] {
+                        let sql = format!("DELETE FROM {table} WHERE task = $1");
+                        tx.execute(&sql, &[&task.as_bytes()]).await?;
+                    }
+                    record_write(&tx, id, task, None).await?;
+                    tx.commit().await?;
+                    Ok(())
+                }),
+            )
+            .await
     }
 
     /// Durably records that `call_id` of `tool` with `args` is about to run (see
     /// [`Store::begin_call`](crate::Store::begin_call)).
     pub fn begin_call(&self, task: &str, call_id: &str, tool: &str, args: &[u8]) -> Result<()> {
+        self.shared
+            .block_on(self.begin_call_async(task, call_id, tool, args))
+    }
+
+    /// [`begin_call`](Self::begin_call), as a future.
+    pub(super) async fn begin_call_async(
+        &self,
+        task: &str,
+        call_id: &str,
+        tool: &str,
+        args: &[u8],
+    ) -> Result<()> {
         journal::check_begin_args(task, call_id, tool)?;
         let epoch = self.epoch_for(task);
-        self.shared.run_write(
-            "beginning a tool call",
-            task,
-            |_| (),
-            async |c, id| {
-                let tx = c.transaction().await?;
-                check_fence(&tx, task, epoch).await?;
-                lock_or_create_task(&tx, task).await?;
-                let existing = tx
-                    .query_opt(
-                        "SELECT tool, args, result IS NOT NULL FROM calls
+        self.shared
+            .run_write_async(
+                "beginning a tool call",
+                task,
+                |_| (),
+                attempt!(|c, id| {
+                    let tx = c.transaction().await?;
+                    check_fence(&tx, task, epoch).await?;
+                    lock_or_create_task(&tx, task).await?;
+                    let existing = tx
+                        .query_opt(
+                            "SELECT tool, args, result IS NOT NULL FROM calls
                          WHERE task = $1 AND call_id = $2",
-                        &[&task.as_bytes(), &call_id.as_bytes()],
-                    )
-                    .await?;
-                let known = match &existing {
-                    None => Known::Unknown,
-                    Some(row) if row.col::<bool>(2)? => Known::Finished(()),
-                    Some(row) => Known::Pending((row.col::<&[u8]>(0)?, row.col::<&[u8]>(1)?)),
-                };
-                let step = journal::begin(task, call_id, known, |(begun_tool, begun_args)| {
-                    Ok(begun_tool == tool.as_bytes() && begun_args == args)
-                })?;
-                if step == Step::Write {
-                    tx.execute(
-                        "INSERT INTO calls (task, call_id, tool, args, created_at_ms)
+                            &[&task.as_bytes(), &call_id.as_bytes()],
+                        )
+                        .await?;
+                    let known = match &existing {
+                        None => Known::Unknown,
+                        Some(row) if row.col::<bool>(2)? => Known::Finished(()),
+                        Some(row) => Known::Pending((row.col::<&[u8]>(0)?, row.col::<&[u8]>(1)?)),
+                    };
+                    let step = journal::begin(task, call_id, known, |(begun_tool, begun_args)| {
+                        Ok(begun_tool == tool.as_bytes() && begun_args == args)
+                    })?;
+                    if step == Step::Write {
+                        tx.execute(
+                            "INSERT INTO calls (task, call_id, tool, args, created_at_ms)
                          VALUES ($1, $2, $3, $4, $5)",
-                        &[
-                            &task.as_bytes(),
-                            &call_id.as_bytes(),
-                            &tool.as_bytes(),
-                            &args,
-                            &(now_ms() as i64),
-                        ],
-                    )
-                    .await?;
-                }
-                record_write(&tx, id, task, None).await?;
-                tx.commit().await?;
-                Ok(())
-            },
-        )
+                            &[
+                                &task.as_bytes(),
+                                &call_id.as_bytes(),
+                                &tool.as_bytes(),
+                                &args,
+                                &(now_ms() as i64),
+                            ],
+                        )
+                        .await?;
+                    }
+                    record_write(&tx, id, task, None).await?;
+                    tx.commit().await?;
+                    Ok(())
+                }),
+            )
+            .await
     }
 
     /// Durably records the result of a begun call (see
     /// [`Store::finish_call`](crate::Store::finish_call)).
     pub fn finish_call(&self, task: &str, call_id: &str, result: &[u8]) -> Result<()> {
+        self.shared
+            .block_on(self.finish_call_async(task, call_id, result))
+    }
+
+    /// [`finish_call`](Self::finish_call), as a future.
+    pub(super) async fn finish_call_async(
+        &self,
+        task: &str,
+        call_id: &str,
+        result: &[u8],
+    ) -> Result<()> {
         journal::check_call_args(task, call_id)?;
         let epoch = self.epoch_for(task);
-        self.shared.run_write(
-            "finishing a tool call",
-            task,
-            |_| (),
-            async |c, id| {
-                let tx = c.transaction().await?;
-                check_fence(&tx, task, epoch).await?;
-                if lock_task(&tx, task).await?.is_none() {
-                    return Err(Fail::Api(journal::unknown_task(task)));
-                }
-                let existing = tx
-                    .query_opt(
-                        "SELECT result FROM calls WHERE task = $1 AND call_id = $2",
-                        &[&task.as_bytes(), &call_id.as_bytes()],
-                    )
-                    .await?;
-                let known = match &existing {
-                    None => Known::Unknown,
-                    Some(row) => match row.col::<Option<&[u8]>>(0)? {
-                        Some(previous) => Known::Finished(previous),
-                        None => Known::Pending(()),
-                    },
-                };
-                let step = journal::finish(task, call_id, known, result, Ok)?;
-                if step == Step::Write {
-                    tx.execute(
-                        "UPDATE calls SET result = $3 WHERE task = $1 AND call_id = $2",
-                        &[&task.as_bytes(), &call_id.as_bytes(), &result],
-                    )
-                    .await?;
-                }
-                record_write(&tx, id, task, None).await?;
-                tx.commit().await?;
-                Ok(())
-            },
-        )
+        self.shared
+            .run_write_async(
+                "finishing a tool call",
+                task,
+                |_| (),
+                attempt!(|c, id| {
+                    let tx = c.transaction().await?;
+                    check_fence(&tx, task, epoch).await?;
+                    if lock_task(&tx, task).await?.is_none() {
+                        return Err(Fail::Api(journal::unknown_task(task)));
+                    }
+                    let existing = tx
+                        .query_opt(
+                            "SELECT result FROM calls WHERE task = $1 AND call_id = $2",
+                            &[&task.as_bytes(), &call_id.as_bytes()],
+                        )
+                        .await?;
+                    let known = match &existing {
+                        None => Known::Unknown,
+                        Some(row) => match row.col::<Option<&[u8]>>(0)? {
+                            Some(previous) => Known::Finished(previous),
+                            None => Known::Pending(()),
+                        },
+                    };
+                    let step = journal::finish(task, call_id, known, result, Ok)?;
+                    if step == Step::Write {
+                        tx.execute(
+                            "UPDATE calls SET result = $3 WHERE task = $1 AND call_id = $2",
+                            &[&task.as_bytes(), &call_id.as_bytes(), &result],
+                        )
+                        .await?;
+                    }
+                    record_write(&tx, id, task, None).await?;
+                    tx.commit().await?;
+                    Ok(())
+                }),
+            )
+            .await
     }
 }
