@@ -57,6 +57,10 @@ impl CompactionHooks for LowPriority<'_> {
         self.0.rewrites()
     }
 
+    fn rewritable_bytes(&self, fresh: &dyn Fn(RecordPos) -> bool) -> Option<u64> {
+        self.0.rewritable_bytes(fresh)
+    }
+
     /// Runs `work` on a new thread at nice [`COMPACTOR_NICE`] and waits for it; on this
     /// thread if the OS refuses a thread.
     fn offload(&self, work: &mut (dyn FnMut() + Send)) {

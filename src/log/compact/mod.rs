@@ -63,6 +63,16 @@ pub trait CompactionHooks: Sync {
     fn rewrites(&self) -> bool {
         false
     }
+    /// Of the live records for which `fresh` holds (those in segments no pass has written
+    /// yet), the bytes [`rewrite`](Self::rewrite) could shrink, as of the last
+    /// [`live_records`](Self::live_records); `None` (the default) if any record might
+    /// shrink, and the pass weighs those segments' whole bytes. A pass that runs only to
+    /// rewrite copies every live record of the prefix: weighing bytes no rewrite shrinks
+    /// (a tool-call journal) would make it copy them again and again for nothing.
+    fn rewritable_bytes(&self, fresh: &dyn Fn(RecordPos) -> bool) -> Option<u64> {
+        let _ = fresh;
+        None
+    }
     /// Runs `work` and returns once it has run. `work` holds no lock that appenders or
     /// the positions lock's holders wait on, so it may run at any priority; the default
     /// runs it on the calling thread.
@@ -124,7 +134,7 @@ impl Log {
         sealed.retain(|(id, _)| *id < active);
         let through = match choose_prefix(&sealed, &live, force) {
             Some(through) => through,
-            None if hooks.rewrites() => match self.rewrite_prefix(&sealed)? {
+            None if hooks.rewrites() => match self.rewrite_prefix(&sealed, hooks)? {
                 Some(through) => through,
                 None => return Ok(None),
             },
@@ -238,22 +248,29 @@ impl Log {
     }
 
     /// The last sealed segment, if the sealed segments that no pass wrote hold at least a
-    /// segment's worth of bytes and as many as the compacted segment before them (a
-    /// compacted segment, superseding every lower id, is always the first). Such a pass
-    /// copies again at most as many compacted bytes as it takes new ones, so such passes
-    /// together copy at most twice the bytes the log appended, however long it grows.
-    fn rewrite_prefix(&self, sealed: &[(u64, u64)]) -> Result<Option<u64>> {
+    /// segment's worth of bytes a rewrite could shrink ([`CompactionHooks::rewritable_bytes`])
+    /// and as many as the compacted segment before them (a compacted segment, superseding
+    /// every lower id, is always the first). Such a pass copies again at most as many
+    /// compacted bytes as it takes new rewritable ones, so such passes together copy at
+    /// most twice the rewritable bytes the log appended, however long it grows.
+    fn rewrite_prefix(
+        &self,
+        sealed: &[(u64, u64)],
+        hooks: &dyn CompactionHooks,
+    ) -> Result<Option<u64>> {
         let (Some(&(first, first_bytes)), Some(&(last, _))) = (sealed.first(), sealed.last())
         else {
             return Ok(None);
         };
         let header = read_header(self.storage(), &segment_path(self.dir(), first))?;
-        let compacted_bytes = if header.is_ok_and(|h| h.is_compacted()) {
-            first_bytes
-        } else {
-            0
+        let compacted = header.is_ok_and(|h| h.is_compacted());
+        let compacted_bytes = if compacted { first_bytes } else { 0 };
+        let fresh_from = if compacted { first + 1 } else { first };
+        let fresh = |p: RecordPos| p.segment_id >= fresh_from && p.segment_id <= last;
+        let fresh_bytes = match hooks.rewritable_bytes(&fresh) {
+            Some(bytes) => bytes,
+            None => sealed.iter().map(|(_, b)| b).sum::<u64>() - compacted_bytes,
         };
-        let fresh_bytes = sealed.iter().map(|(_, b)| b).sum::<u64>() - compacted_bytes;
         let enough = compacted_bytes.max(self.inner.options.segment_bytes);
         Ok((fresh_bytes >= enough).then_some(last))
     }
