@@ -60,7 +60,9 @@ use agentwal::log::record::{self, DecodeError};
 use agentwal::log::{
     KIND_CLOSE, KIND_SEAL, RECORD_HEADER_BYTES, SEGMENT_HEADER_BYTES, SegmentHeader,
 };
-use agentwal::{AgentDelta, AgentState, Error, Message, Options, Role, Store, SyncMode, Value};
+use agentwal::{
+    AgentDelta, AgentState, Error, Message, Options, Role, Store, SyncMode, ToolCall, Value,
+};
 use common::env::env_u64;
 use common::newest_segment;
 use proptest::prelude::*;
@@ -1310,8 +1312,9 @@ fn records_in(path: &Path) -> Vec<(usize, usize, u8)> {
 /// are the non-zero prefix left. In a recycled segment a crash cannot shorten the file (its
 /// length is the earlier life's), and what follows the cut is an earlier life's bytes:
 /// the cut garbles (or zeroes) the rest of the record instead, and the close records
-/// after it (a clean close appends one in a recycled segment) go too, as a writer that
-/// crashed while writing the record never wrote them. Recovery then cannot bound the tear:
+/// after it (a clean close appends one in a recycled segment, or a seal when no room is
+/// left for one) go too, as a writer that crashed while writing the record never wrote
+/// them. Recovery then cannot bound the tear:
 /// it reports every byte from the end of the data to the file's end, unless the data ends
 /// with a close record, which tells it nothing of this life follows (a torn record right
 /// after it looks like the earlier life's bytes), and it reports none.
@@ -1320,8 +1323,15 @@ fn cut_last_record(dir: &Path, cut: Cut) -> u64 {
     let buf = std::fs::read(&path).expect("read segment");
     let mut walk = walk_segment(&path);
     // Where the cut's damage ends: the record's end, or the end of the close records
-    // after it (each clean close since it was written appended one).
+    // after it (each clean close since it was written appended one), or of the seal the
+    // last clean close wrote instead when a close record no longer fitted (`Writer::close`;
+    // the next append then goes to a new segment, so a seal is only ever last here).
     let mut erase_end = None;
+    if let Some(&(_, seal_end, KIND_SEAL)) = walk.records.last() {
+        assert!(walk.recycled, "a close seals only a recycled segment");
+        erase_end = Some(seal_end);
+        walk.records.pop();
+    }
     while let Some(&(_, close_end, KIND_CLOSE)) = walk.records.last() {
         assert!(walk.recycled, "close records only in recycled segments");
         erase_end = erase_end.or(Some(close_end));
@@ -1659,6 +1669,45 @@ fn replay(ops: &[Op]) {
         agentwal::CACHE_BYTES_DEFAULT,
     ))
     .run(ops);
+}
+/// A clean close of a recycled segment with no room left for a close record seals it
+/// (`Writer::close`), and the harness's cut of the last record took that seal for the
+/// segment's last record ("the newest segment is never sealed here"): a gap in the
+/// harness, not in the store, which the property found after a `Compact` had retired
+/// files for rotations to recycle. The minimal sequence it found (`cache_bytes = 0`).
+#[test]
+fn regression_a_cut_after_a_close_that_sealed_a_recycled_segment() {
+    let ops = [
+        Op::Commit { task: "b", delta: AgentDelta { messages: vec![], set: BTreeMap::from([("scratch".to_string(), Value::Bool(false))]), unset: vec![], metadata: BTreeMap::from([]) } },
+        Op::Commit { task: "d", delta: AgentDelta { messages: vec![Message { role: Role::System, content: "".into(), tool_calls: vec![], tool_call_id: None, data: None }, Message { role: Role::System, content: "aa   a".into(), tool_calls: vec![], tool_call_id: None, data: None }], set: BTreeMap::from([("scratch".to_string(), Value::Null)]), unset: vec![], metadata: BTreeMap::from([("retries".to_string(), Value::Bool(false))]) } },
+        Op::Commit { task: "a", delta: AgentDelta { messages: vec![], set: BTreeMap::from([]), unset: vec![], metadata: BTreeMap::from([]) } },
+        Op::Commit { task: "a", delta: AgentDelta { messages: vec![], set: BTreeMap::from([]), unset: vec![], metadata: BTreeMap::from([]) } },
+        Op::CommitIf { task: "a", expected: Expected::Latest, delta: AgentDelta { messages: vec![], set: BTreeMap::from([]), unset: vec![], metadata: BTreeMap::from([]) } },
+        Op::CommitIf { task: "c", expected: Expected::Latest, delta: AgentDelta { messages: vec![], set: BTreeMap::from([]), unset: vec![], metadata: BTreeMap::from([]) } },
+        Op::Commit { task: "d", delta: AgentDelta { messages: vec![Message { role: Role::System, content: "a".into(), tool_calls: vec![ToolCall { id: "k1".into(), name: "search".into(), args: Value::Float(0.0) }], tool_call_id: None, data: None }, Message { role: Role::System, content: "".into(), tool_calls: vec![], tool_call_id: None, data: None }], set: BTreeMap::from([("phase".to_string(), Value::Bool(false)), ("step".to_string(), Value::List(vec![]))]), unset: vec![], metadata: BTreeMap::from([]) } },
+        Op::Commit { task: "b", delta: AgentDelta { messages: vec![Message { role: Role::System, content: "aa a".into(), tool_calls: vec![ToolCall { id: "k1".into(), name: "search".into(), args: Value::Null }], tool_call_id: None, data: None }, Message { role: Role::System, content: " a".into(), tool_calls: vec![], tool_call_id: None, data: Some(Value::Float(0.0)) }], set: BTreeMap::from([("step".to_string(), Value::Map(BTreeMap::from([("phase".to_string(), Value::Float(0.0))])))]), unset: vec![], metadata: BTreeMap::from([("model".to_string(), Value::Null)]) } },
+        Op::Commit { task: "f", delta: AgentDelta { messages: vec![], set: BTreeMap::from([]), unset: vec![], metadata: BTreeMap::from([]) } },
+        Op::BeginCall { task: "b", call: "k1", tool: "search", args: Blob(b"") },
+        Op::Compact,
+        Op::Commit { task: "a", delta: AgentDelta { messages: vec![Message { role: Role::System, content: "".into(), tool_calls: vec![], tool_call_id: None, data: None }, Message { role: Role::System, content: "a ".into(), tool_calls: vec![ToolCall { id: "k1".into(), name: "search".into(), args: Value::Null }], tool_call_id: None, data: None }], set: BTreeMap::from([("phase".to_string(), Value::List(vec![Value::Null, Value::Float(0.0)]))]), unset: vec!["scratch".to_string()], metadata: BTreeMap::from([]) } },
+        Op::BeginCall { task: "a", call: "k1", tool: "search", args: Blob(&[b'y'; 1200]) },
+        Op::Commit { task: "f", delta: AgentDelta { messages: vec![Message { role: Role::System, content: " a  ".into(), tool_calls: vec![], tool_call_id: None, data: None }], set: BTreeMap::from([("n".to_string(), Value::List(vec![Value::Bool(false)]))]), unset: vec![], metadata: BTreeMap::from([("retries".to_string(), Value::Bool(false))]) } },
+        Op::Fork { task: "d", seq: Seq::Existing(29), new_task: "g" },
+        Op::Delete { task: "g" },
+        Op::CommitIf { task: "f", expected: Expected::Latest, delta: AgentDelta { messages: vec![Message { role: Role::System, content: "a  a  ".into(), tool_calls: vec![ToolCall { id: "k1".into(), name: "search".into(), args: Value::Float(0.0) }], tool_call_id: None, data: None }], set: BTreeMap::from([("phase".to_string(), Value::Null)]), unset: vec![], metadata: BTreeMap::from([("model".to_string(), Value::Str("mmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmm".into()))]) } },
+        Op::Commit { task: "b", delta: AgentDelta { messages: vec![Message { role: Role::System, content: "   ".into(), tool_calls: vec![], tool_call_id: None, data: None }, Message { role: Role::System, content: "a  ".into(), tool_calls: vec![], tool_call_id: None, data: None }], set: BTreeMap::from([("phase".to_string(), Value::Bool(false))]), unset: vec![], metadata: BTreeMap::from([]) } },
+        Op::Commit { task: "d", delta: AgentDelta { messages: vec![], set: BTreeMap::from([("step".to_string(), Value::List(vec![Value::Bool(false)]))]), unset: vec![], metadata: BTreeMap::from([]) } },
+        Op::BeginCall { task: "c", call: "k1", tool: "search", args: Blob(&[b'y'; 1200]) },
+        Op::Commit { task: "a", delta: AgentDelta { messages: vec![Message { role: Role::System, content: "".into(), tool_calls: vec![], tool_call_id: None, data: None }, Message { role: Role::System, content: "  ".into(), tool_calls: vec![ToolCall { id: "k1".into(), name: "search".into(), args: Value::Bool(false) }], tool_call_id: None, data: None }], set: BTreeMap::from([("step".to_string(), Value::Float(0.0))]), unset: vec![], metadata: BTreeMap::from([]) } },
+        Op::BeginCall { task: "a", call: "k2", tool: "search", args: Blob(b"") },
+        Op::Commit { task: "c", delta: AgentDelta { messages: vec![Message { role: Role::System, content: " ".into(), tool_calls: vec![], tool_call_id: None, data: None }], set: BTreeMap::from([("phase".to_string(), Value::Bool(false))]), unset: vec![], metadata: BTreeMap::from([]) } },
+        Op::Fork { task: "b", seq: Seq::Existing(187), new_task: "g" },
+        Op::Delete { task: "b" },
+        Op::CommitIf { task: "f", expected: Expected::Latest, delta: AgentDelta { messages: vec![Message { role: Role::System, content: " a a  ".into(), tool_calls: vec![], tool_call_id: None, data: None }, Message { role: Role::System, content: "a".into(), tool_calls: vec![], tool_call_id: None, data: None }], set: BTreeMap::from([("scratch".to_string(), Value::List(vec![Value::Float(0.0)]))]), unset: vec![], metadata: BTreeMap::from([("model".to_string(), Value::Bool(false))]) } },
+        Op::Commit { task: "a", delta: AgentDelta { messages: vec![Message { role: Role::System, content: "a aa ".into(), tool_calls: vec![], tool_call_id: None, data: None }], set: BTreeMap::from([("scratch".to_string(), Value::Bool(false))]), unset: vec![], metadata: BTreeMap::from([]) } },
+        Op::Reopen { cut: Some(Cut { at: 0, zero_fill: false }), keep: None }
+    ];
+    Harness::new(options(SyncMode::Never, 3, None, 0)).run(&ops);
 }
 
 /// A `commit_if` that conflicts on a task that does not exist left an empty slot in the
