@@ -1,6 +1,6 @@
 //! The async API (`AsyncStore`, cargo feature `tokio`): what it promises beyond the
 //! blocking API it mirrors (the model-based property test runs it too, in
-//! `store_model.rs`).
+//! `store_model/`).
 //!
 //! - No blocking call on a runtime worker: many tasks on a `current_thread` runtime, some
 //!   writing one task together, complete, and share fsyncs (a commit that blocked the

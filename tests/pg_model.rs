@@ -1,6 +1,6 @@
 //! Model-based property test of the PostgreSQL backend: random sequences of every
 //! `TaskStore` operation run on a `PgStore` and on a local `Store` side by side, and every
-//! outcome must be the same. The local store is the model here: `tests/store_model.rs`
+//! outcome must be the same. The local store is the model here: `tests/store_model/`
 //! checks it against an explicit model of the rules (seqs, snapshots, retention, fork,
 //! delete, the journal), and the two backends share those rules, so any difference is a
 //! bug of the PostgreSQL backend. What differs by design is left out of the comparison:

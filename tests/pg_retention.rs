@@ -1,6 +1,6 @@
 //! `PgOptions::max_age` retention, against a local `Store` with the same options fed the
 //! same commits at the same times (the local `max_age_retention_across_compaction_and_reopen`
-//! in tests/store_model.rs, on PostgreSQL). Needs `AGENTWAL_PG_HOST` (fails without it).
+//! in tests/store_model/, on PostgreSQL). Needs `AGENTWAL_PG_HOST` (fails without it).
 #![cfg(feature = "postgres")]
 
 mod common;
