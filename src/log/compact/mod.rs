@@ -247,8 +247,8 @@ impl Log {
         })
     }
 
-    /// The last sealed segment, if the sealed segments that no pass wrote hold at least a
-    /// segment's worth of bytes a rewrite could shrink ([`CompactionHooks::rewritable_bytes`])
+    /// The last sealed segment, if the sealed segments that no pass wrote hold at least
+    /// half a segment's worth of bytes a rewrite could shrink ([`CompactionHooks::rewritable_bytes`])
     /// and as many as the compacted segment before them (a compacted segment, superseding
     /// every lower id, is always the first). Such a pass copies again at most as many
     /// compacted bytes as it takes new rewritable ones, so such passes together copy at
@@ -271,7 +271,9 @@ impl Log {
             Some(bytes) => bytes,
             None => sealed.iter().map(|(_, b)| b).sum::<u64>() - compacted_bytes,
         };
-        let enough = compacted_bytes.max(self.inner.options.segment_bytes);
+        // Half a segment: a sealed segment's records never add up to its file's size
+        // (header, seal, the room left at its end), so a whole one would wait for two.
+        let enough = compacted_bytes.max(self.inner.options.segment_bytes / 2);
         Ok((fresh_bytes >= enough).then_some(last))
     }
 }
