@@ -1,5 +1,5 @@
-//! Commit latency while the background compactor runs under CPU contention (DESIGN.md
-//! §7.7, §7.10): the compactor's CPU-heavy work runs at nice 19, and a thread at that
+//! Commit latency while the background compactor runs under CPU contention (docs/store.md
+//! §7 and §10): the compactor's CPU-heavy work runs at nice 19, and a thread at that
 //! priority gets about 1.5% of a core beside busy nice-0 threads. If it held a lock that
 //! committers wait on (the positions lock for the barrier, the install and the remap;
 //! group-commit leadership; a task's index lock) that long, single commits waited for
