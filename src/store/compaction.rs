@@ -100,7 +100,7 @@ impl CompactionHooks for Inner {
     /// Only checkpoint bodies are rewritten (`rewrite`): the live checkpoints' bytes.
     fn rewritable_bytes(&self, fresh: &dyn Fn(RecordPos) -> bool) -> Option<u64> {
         let mut bytes = 0;
-        self.index.for_each_mut(|_, data| {
+        self.index.for_each(|_, data| {
             let live = data.checkpoints.iter().filter(|c| fresh(c.pos));
             bytes += live.map(|c| u64::from(c.bytes)).sum::<u64>();
         });
