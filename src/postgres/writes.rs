@@ -2,8 +2,8 @@
 //! transaction that checks the fence first, locks the task's row, and records its write id
 //! (docs/postgres.md §2); and the statements commits share with them.
 
-use tokio_postgres::Transaction;
 use tokio_postgres::types::Type;
+use tokio_postgres::{Client, Transaction};
 
 use super::PgStore;
 use super::conn::{Attempt, Fail, RowExt, attempt};
@@ -173,6 +173,43 @@ pub(super) async fn update_task(
     Ok(())
 }
 
+/// What a write needs of its task's row.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum TaskRowNeed {
+    /// Create it (empty) if the task does not exist.
+    Create,
+    /// The task must exist: otherwise the write fails with `unknown_task`.
+    Existing,
+}
+
+/// Opens a write's transaction on `c`, as every write but a commit starts (docs/postgres.md
+/// §2): checks the task's fence, then locks its row, created or required as `need` says.
+async fn open_write<'c>(
+    c: &'c mut Client,
+    task: &str,
+    epoch: Option<u64>,
+    need: TaskRowNeed,
+) -> Attempt<(Transaction<'c>, TaskRow)> {
+    let tx = c.transaction().await?;
+    check_fence(&tx, task, epoch).await?;
+    let row = match need {
+        TaskRowNeed::Create => lock_or_create_task(&tx, task).await?,
+        TaskRowNeed::Existing => match lock_task(&tx, task).await? {
+            Some(row) => row,
+            None => return Err(Fail::Api(journal::unknown_task(task))),
+        },
+    };
+    Ok((tx, row))
+}
+
+/// Ends a write's transaction: records its write id (with the seq of the checkpoint it
+/// made, if any) and commits.
+async fn close_write(tx: Transaction<'_>, id: &str, task: &str, seq: Option<u64>) -> Attempt<()> {
+    record_write(&tx, id, task, seq).await?;
+    tx.commit().await?;
+    Ok(())
+}
+
 impl<S: State> PgStore<S> {
     /// Starts `new_task` from `task`'s state at `seq` (see
     /// [`Store::fork`](crate::Store::fork)).
@@ -207,15 +244,12 @@ impl<S: State> PgStore<S> {
                 new_task,
                 |_| 1,
                 attempt!(|c, id| {
-                    let tx = c.transaction().await?;
-                    check_fence(&tx, new_task, epoch).await?;
-                    let row = lock_or_create_task(&tx, new_task).await?;
+                    let (tx, row) = open_write(c, new_task, epoch, TaskRowNeed::Create).await?;
                     if row.latest_seq != 0 {
                         return Err(Fail::Api(Error::TaskExists {
                             task: new_task.to_string(),
                         }));
                     }
-                    record_write(&tx, id, new_task, Some(1)).await?;
                     let cp = NewCheckpoint {
                         seq: 1,
                         created_at_ms: now_ms(),
@@ -225,7 +259,7 @@ impl<S: State> PgStore<S> {
                         origin: Some((task, seq)),
                     };
                     insert_checkpoint(&tx, id, new_task, &row, &cp).await?;
-                    tx.commit().await?;
+                    close_write(tx, id, new_task, Some(1)).await?;
                     Ok(1)
                 }),
             )
@@ -249,18 +283,12 @@ impl<S: State> PgStore<S> {
                 task,
                 |_| (),
                 attempt!(|c, id| {
-                    let tx = c.transaction().await?;
-                    check_fence(&tx, task, epoch).await?;
-                    if lock_task(&tx, task).await?.is_none() {
-                        return Err(Fail::Api(journal::unknown_task(task)));
-                    }
+                    let (tx, _) = open_write(c, task, epoch, TaskRowNeed::Existing).await?;
                     for table in ["checkpoints", "calls", "tasks"] {
                         let sql = format!("DELETE FROM {table} WHERE task = $1");
                         tx.execute(&sql, &[&task.as_bytes()]).await?;
                     }
-                    record_write(&tx, id, task, None).await?;
-                    tx.commit().await?;
-                    Ok(())
+                    close_write(tx, id, task, None).await
                 }),
             )
             .await
@@ -289,9 +317,7 @@ impl<S: State> PgStore<S> {
                 task,
                 |_| (),
                 attempt!(|c, id| {
-                    let tx = c.transaction().await?;
-                    check_fence(&tx, task, epoch).await?;
-                    lock_or_create_task(&tx, task).await?;
+                    let (tx, _) = open_write(c, task, epoch, TaskRowNeed::Create).await?;
                     let existing = tx
                         .query_opt(
                             "SELECT tool, args, result IS NOT NULL FROM calls
@@ -321,9 +347,7 @@ impl<S: State> PgStore<S> {
                         )
                         .await?;
                     }
-                    record_write(&tx, id, task, None).await?;
-                    tx.commit().await?;
-                    Ok(())
+                    close_write(tx, id, task, None).await
                 }),
             )
             .await
@@ -351,11 +375,7 @@ impl<S: State> PgStore<S> {
                 task,
                 |_| (),
                 attempt!(|c, id| {
-                    let tx = c.transaction().await?;
-                    check_fence(&tx, task, epoch).await?;
-                    if lock_task(&tx, task).await?.is_none() {
-                        return Err(Fail::Api(journal::unknown_task(task)));
-                    }
+                    let (tx, _) = open_write(c, task, epoch, TaskRowNeed::Existing).await?;
                     let existing = tx
                         .query_opt(
                             "SELECT result FROM calls WHERE task = $1 AND call_id = $2",
@@ -377,9 +397,7 @@ impl<S: State> PgStore<S> {
                         )
                         .await?;
                     }
-                    record_write(&tx, id, task, None).await?;
-                    tx.commit().await?;
-                    Ok(())
+                    close_write(tx, id, task, None).await
                 }),
             )
             .await
