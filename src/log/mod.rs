@@ -50,7 +50,7 @@ pub use format::{
     free_file_name, mask_crc, parse_free_file_name, parse_segment_file_name, segment_file_name,
 };
 pub use recovery::{LogRecovery, SkippedRange};
-pub use recycle::RECYCLE_FILES_MAX;
+pub use recycle::{RECYCLE_BYTES_MAX, RECYCLE_FILES_MIN, recycle_files_max};
 pub use segment::{Chain, SegmentHeader, segment_path};
 
 use self::format::{SEGMENT_BYTES_DEFAULT, SEGMENT_BYTES_MAX};
@@ -248,6 +248,9 @@ struct Inner {
     /// replaces the files (it holds the store's positions lock meanwhile). Lock order:
     /// innermost (4. above).
     maps: RwLock<HashMap<u64, FileView>>,
+    /// The writer's rotations when the last compaction pass ran: the rotations since tell
+    /// the next pass how many retired files to keep ([`recycle::recycle_files_max`]).
+    rotations_at_last_pass: std::sync::atomic::AtomicU64,
     /// A read-only handle's view: the bytes of every segment its scan read, pinned for
     /// its lifetime; reads never look a segment up by name again (docs/log.md §3.4).
     pins: Option<HashMap<u64, SegmentPin>>,

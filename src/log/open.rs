@@ -72,6 +72,7 @@ impl Log {
             recovery: scan.report,
             options,
             maps: RwLock::new(Default::default()),
+            rotations_at_last_pass: Default::default(),
             pins: None,
             _lock: Some(lock),
         });
@@ -197,7 +198,7 @@ fn remove_superseded_files(
             .file_name()
             .and_then(|n| parse_segment_file_name(&n.to_string_lossy()))
             .unwrap_or_default();
-        recycle::retire(fs, dir, id, path, recycle::reusable_bytes(segment_bytes))?;
+        recycle::retire(fs, dir, id, path, &recycle::Pool::new(segment_bytes, 0))?;
     }
     if !superseded.is_empty() {
         sync_dir(fs, dir)?;

@@ -57,6 +57,7 @@ impl Log {
                 recovery: scan.report,
                 options,
                 maps: RwLock::new(Default::default()),
+                rotations_at_last_pass: Default::default(),
                 pins: Some(scan.pins.into_iter().collect()),
                 _lock: None,
             }),

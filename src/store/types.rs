@@ -297,8 +297,10 @@ pub struct Stats {
     pub dead_bytes: u64,
     /// Segment files.
     pub segments: u64,
-    /// Retired segment files waiting to be recycled (at most
-    /// [`RECYCLE_FILES_MAX`](crate::log::RECYCLE_FILES_MAX); docs/format.md §6).
+    /// Retired segment files waiting to be recycled: after a forced pass
+    /// [`RECYCLE_FILES_MIN`](crate::log::RECYCLE_FILES_MIN) at most, after a background
+    /// pass as many as the rotations since the pass before it
+    /// ([`recycle_files_max`](crate::log::recycle_files_max); docs/format.md §6).
     pub free_segments: u64,
     /// Bytes of segment files on disk (including preallocated space), and of the retired
     /// files waiting to be recycled.

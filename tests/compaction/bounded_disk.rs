@@ -46,7 +46,8 @@ fn bounded_record_bytes() -> (u64, u64, u64) {
 ///
 /// The bound `B`, after forced passes: per task, what stays live, plus two segments (the
 /// active one, preallocated, and slack for its records), plus the retired segment files
-/// waiting to be recycled (at most `RECYCLE_FILES_MAX` segments, docs/format.md §6).
+/// waiting to be recycled (`RECYCLE_FILES_MIN` segments after a forced pass;
+/// docs/format.md §6).
 /// - Checkpoints: the 8 retained, and the snapshot they fold from with the deltas since.
 ///   The size rule writes a snapshot once the deltas since the last pass
 ///   `SNAPSHOT_DELTA_BYTES_FLOOR` (these states stay far below half of it), so at most
@@ -92,7 +93,7 @@ fn bounded_disk_after_100k_steps_with_tool_calls_over_100_tasks() {
     let deltas_per_snapshot = agentwal::SNAPSHOT_DELTA_BYTES_FLOOR / delta + 1;
     let checkpoints_per_task = KEEP + 1 + deltas_per_snapshot;
     let calls_per_task = KEEP;
-    let recycled = agentwal::log::RECYCLE_FILES_MAX as u64;
+    let recycled = agentwal::log::RECYCLE_FILES_MIN as u64;
     let bound = TASKS * (checkpoints_per_task * snapshot.max(delta) + calls_per_task * pair)
         + (2 + recycled) * segment_bytes;
     let store: Store = Store::open_with(dir.path(), opts).unwrap();

@@ -9,13 +9,14 @@ use crate::common::segments::{copy_dir, free_files, read_header, segment_files, 
 use agentwal::RecoveryMode;
 use agentwal::log::record::Salt;
 use agentwal::log::{
-    FORMAT_VERSION, KIND_CLOSE, KIND_SEAL, Log, RECORD_HEADER_BYTES, RECYCLE_FILES_MAX, RecordPos,
-    segment_path,
+    FORMAT_VERSION, KIND_CLOSE, KIND_SEAL, Log, RECORD_HEADER_BYTES, RecordPos, segment_path,
 };
 use tempfile::TempDir;
 
 use crate::foreign_images::salt_after;
-use crate::helpers::{Records, data_end, encode, inode, open, options, payload, salt_of, write_at};
+use crate::helpers::{
+    Records, SEGMENT_BYTES, data_end, encode, inode, open, options, payload, salt_of, write_at,
+};
 
 // ---------------------------------------------------------------------------------------
 // b. A segment file from a previous life never validates
@@ -52,8 +53,9 @@ pub(crate) fn recycled_log() -> Recycled {
         .expect("a pass ran");
     acked.retain(|(pos, _, _)| pos.segment_id >= active);
     let free = free_files(dir.path());
+    let files_max = agentwal::log::recycle_files_max(SEGMENT_BYTES, log.stats().rotations);
     assert!(
-        !free.is_empty() && free.len() <= RECYCLE_FILES_MAX,
+        !free.is_empty() && free.len() <= files_max,
         "retired files wait for reuse: {free:?}"
     );
     let free_salts: HashMap<u64, u32> = free

@@ -132,7 +132,7 @@ fn state_ten_segments_large() {
     let report = store.compact().unwrap();
     assert!(report.records_rewritten > 0, "{report:?}");
     check_all(&store, &model, "after compaction");
-    check_pool(&dir, "after compaction");
+    check_pool(&dir, store.stats().segments_created, "after compaction");
     small_commits(&store, &mut model, "fork", 8, "after compaction");
 
     // Reopened (a cold cache): the same, and still O(delta).
@@ -147,7 +147,11 @@ fn state_ten_segments_large() {
     store.delete_task("big").unwrap();
     model.tasks.remove("big");
     store.compact().unwrap();
-    check_pool(&dir, "after deleting the source and compacting");
+    check_pool(
+        &dir,
+        store.stats().segments_created,
+        "after deleting the source and compacting",
+    );
     let pooled = files(&dir)
         .iter()
         .filter(|(name, _)| parse_free_file_name(name).is_some())

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use agentwal::log::{
-    RECYCLE_FILES_MAX, SegmentHeader, parse_free_file_name, parse_segment_file_name,
+    SegmentHeader, parse_free_file_name, parse_segment_file_name, recycle_files_max,
 };
 use agentwal::{Options, State, Store};
 use serde::{Deserialize, Serialize};
@@ -194,13 +194,15 @@ pub(crate) fn files(dir: &Path) -> Vec<(String, u64)> {
 }
 
 /// The retired files waiting for reuse are files a rotation can take (no longer than a
-/// segment), so their disk is bounded by `RECYCLE_FILES_MAX` segments.
-pub(crate) fn check_pool(dir: &Path, what: &str) {
+/// segment), no more than a pass keeps after `rotations` (at least those since the
+/// previous pass: `recycle_files_max`), so their disk is bounded by that many segments.
+pub(crate) fn check_pool(dir: &Path, rotations: u64, what: &str) {
     let free: Vec<(String, u64)> = files(dir)
         .into_iter()
         .filter(|(name, _)| parse_free_file_name(name).is_some())
         .collect();
-    assert!(free.len() <= RECYCLE_FILES_MAX, "{what}: {free:?}");
+    let files_max = recycle_files_max(SEGMENT_BYTES, rotations);
+    assert!(free.len() <= files_max, "{what}: {free:?}");
     for (name, len) in &free {
         assert!(
             *len <= SEGMENT_BYTES,

@@ -145,7 +145,8 @@ impl Log {
         // crash could lose a deletion after compaction dropped the task's older records,
         // and bring the task back with only its newer ones: a state that never existed.
         self.flush()?;
-        let mut done = self.remove_dead_leading(&live, through, hooks)?;
+        let pool = self.pool_for_pass(force)?;
+        let mut done = self.remove_dead_leading(&live, through, hooks, &pool)?;
         let in_prefix: Vec<RecordPos> = (live.positions.iter())
             .copied()
             .filter(|p| p.segment_id <= through)
@@ -183,7 +184,7 @@ impl Log {
         // to be durable before anything is deleted, and only this pass deletes (one pass
         // at a time).
         sync_dir(self.storage(), self.dir())?;
-        let (superseded, superseded_bytes) = self.remove_superseded(&prepared)?;
+        let (superseded, superseded_bytes) = self.remove_superseded(&prepared, &pool)?;
         done.removed.extend(superseded);
         let replaced: u64 = (sealed.iter())
             .filter(|(id, _)| *id == through)
@@ -204,6 +205,7 @@ impl Log {
         live: &LiveSet,
         through: u64,
         hooks: &dyn CompactionHooks,
+        pool: &super::recycle::Pool,
     ) -> Result<LogCompaction> {
         let dead_through = (live.positions.first())
             .map_or(through, |p| p.segment_id.saturating_sub(1))
@@ -216,7 +218,7 @@ impl Log {
         if !unreachable {
             return Ok(LogCompaction::default());
         }
-        let (removed, bytes_reclaimed) = self.remove_dead_prefix(dead_through)?;
+        let (removed, bytes_reclaimed) = self.remove_dead_prefix(dead_through, pool)?;
         Ok(LogCompaction {
             removed,
             records_rewritten: 0,

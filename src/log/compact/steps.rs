@@ -346,7 +346,11 @@ impl Log {
     /// any first segment) and never revives a lower segment once a higher one is gone:
     /// that would break the chain, or bring superseded segments back if the one deleted
     /// was the compacted segment that superseded them. docs/log.md §4.4.
-    pub(super) fn remove_dead_prefix(&self, through_id: u64) -> Result<(Vec<PathBuf>, u64)> {
+    pub(super) fn remove_dead_prefix(
+        &self,
+        through_id: u64,
+        pool: &recycle::Pool,
+    ) -> Result<(Vec<PathBuf>, u64)> {
         let active = self.active_segment_id()?;
         if through_id >= active {
             return Err(Error::InvalidArgument(format!(
@@ -365,7 +369,7 @@ impl Log {
                 .open(&path, false)
                 .and_then(|f| f.len())
                 .unwrap_or(0);
-            recycle::retire(storage, self.dir(), id, &path, self.recyclable())?;
+            recycle::retire(storage, self.dir(), id, &path, pool)?;
             sync_dir(storage, self.dir())?;
             removed.push(path);
         }
@@ -384,6 +388,7 @@ impl Log {
     pub(super) fn remove_superseded(
         &self,
         prepared: &PreparedCompaction,
+        pool: &recycle::Pool,
     ) -> Result<(Vec<PathBuf>, u64)> {
         let through_id = prepared.through_id;
         let mut removed = Vec::new();
@@ -393,13 +398,7 @@ impl Log {
             .exchanged
             .load(std::sync::atomic::Ordering::Acquire);
         if swapped_out {
-            recycle::retire(
-                storage,
-                self.dir(),
-                through_id,
-                &prepared.tmp,
-                self.recyclable(),
-            )?;
+            recycle::retire(storage, self.dir(), through_id, &prepared.tmp, pool)?;
         }
         for (id, path) in list_segments(storage, self.dir())? {
             if id >= through_id {
@@ -409,19 +408,33 @@ impl Log {
                 .open(&path, false)
                 .and_then(|f| f.len())
                 .unwrap_or(0);
-            recycle::retire(storage, self.dir(), id, &path, self.recyclable())?;
+            recycle::retire(storage, self.dir(), id, &path, pool)?;
             removed.push(path);
         }
-        if swapped_out || !removed.is_empty() {
+        // Files an earlier, busier interval left beyond what this one keeps.
+        let trimmed = recycle::trim(storage, self.dir(), pool.files_max)?;
+        if swapped_out || !removed.is_empty() || trimmed > 0 {
             sync_dir(storage, self.dir())?;
         }
         Ok((removed, bytes))
     }
-}
 
-impl Log {
-    /// The lengths of a retired file worth keeping for reuse.
-    fn recyclable(&self) -> std::ops::RangeInclusive<u64> {
-        recycle::reusable_bytes(self.inner.options.segment_bytes)
+    /// The pool a pass that is about to retire files keeps: sized by the rotations since
+    /// the previous such pass ([`recycle::recycle_files_max`]), or the least pool if the
+    /// pass is `forced`: whoever forces a pass wants the disk back, not the next
+    /// rotations made cheap. Passes run one at a time.
+    pub(super) fn pool_for_pass(&self, forced: bool) -> Result<recycle::Pool> {
+        use std::sync::atomic::Ordering::Relaxed;
+        let now = self.writer()?.counters.rotations.load(Relaxed);
+        let before = self.inner.rotations_at_last_pass.swap(now, Relaxed);
+        let rotations = if forced {
+            0
+        } else {
+            now.saturating_sub(before)
+        };
+        Ok(recycle::Pool::new(
+            self.inner.options.segment_bytes,
+            rotations,
+        ))
     }
 }
