@@ -17,6 +17,8 @@ from bisect import bisect_left, insort
 from dataclasses import dataclass
 from typing import Any, Dict, Iterable, List, Optional, Set, Tuple
 
+from ._lg_dumps import ListDump
+
 _CP = "cp:"
 _BLOB = "b:"
 _WRITE = "w:"
@@ -79,6 +81,9 @@ class TaskIndex:
         self._cps: Dict[str, Entry] = {}
         self._blobs: Dict[Tuple[str, Any], Blob] = {}
         self._writes: Dict[str, Dict[Tuple[str, int], Write]] = {}
+        # channel -> the list items the saver's last put serialized (_lg_dumps): a cache of
+        # serialization only, never of what the store holds.
+        self.dumps: Dict[str, ListDump] = {}
         # channel -> (version, items): the last list resolved (the next put extends it).
         self.resolved: Dict[str, Tuple[Any, Tuple[Tuple[str, bytes], ...]]] = {}
 

@@ -55,6 +55,7 @@ except ImportError as e:  # pragma: no cover - exercised only without langgraph
 from ._agentwal import PgStore, Store
 from ._errors import ConflictError, UnknownTaskError
 from ._lg_async import AsyncTwins
+from ._lg_dumps import ListDump, dump_list
 from ._lg_index import _CP, _LIST, TaskIndex as _TaskIndex, blob_key, write_key
 from ._lg_names import (
     check_thread_id,
@@ -366,16 +367,22 @@ class AgentwalSaver(AsyncTwins, BaseCheckpointSaver[str]):
         parent = config["configurable"].get("checkpoint_id")
         ct, cb = self.serde.dumps_typed(c)
         mt, mb = self.serde.dumps_typed(get_checkpoint_metadata(config, metadata))
+        task = task_name(thread_id, ns)
         # Serialized once: a retry after a conflict only recomputes the prefix rule's bases.
+        # A list's items the last put serialized are not serialized again (_lg_dumps).
+        cached = self._index.get(task)
+        last_dumps = cached.dumps if cached is not None else {}
+        dumps: Dict[str, ListDump] = {}
         serialized: Dict[str, Any] = {}
         for channel in new_versions:
             if channel in values:
                 value = values[channel]
-                serialized[channel] = (
-                    [self.serde.dumps_typed(x) for x in value]
-                    if type(value) is list
-                    else self.serde.dumps_typed(value)
-                )
+                if type(value) is list:
+                    serialized[channel], dumps[channel] = dump_list(
+                        self.serde, value, last_dumps.get(channel)
+                    )
+                else:
+                    serialized[channel] = self.serde.dumps_typed(value)
 
         def build(idx: _TaskIndex) -> Dict[str, Any]:
             sets: Dict[str, Any] = {}
@@ -396,9 +403,11 @@ class AgentwalSaver(AsyncTwins, BaseCheckpointSaver[str]):
             sets[_CP + cid] = [[ct, cb], [mt, mb], parent]
             return {"set": sets}
 
-        task = task_name(thread_id, ns)
         with self._locked([task]):
             self._commit(task, build)
+            idx = self._index.get(task)
+            if idx is not None:
+                idx.dumps.update(dumps)
         return {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": cid}}
 
     def put_writes(
