@@ -135,8 +135,8 @@ pub(crate) fn take(
     min_bytes: u64,
     max_bytes: u64,
 ) -> Result<Option<Free>> {
+    let fits = |f: &Free| f.salt.is_some() && (min_bytes..=max_bytes).contains(&f.file_bytes);
     for path in paths(fs, dir)? {
-        let fits = |f: &Free| f.salt.is_some() && (min_bytes..=max_bytes).contains(&f.file_bytes);
         if let Some(free) = describe(fs, path)?.filter(fits) {
             return Ok(Some(free));
         }
@@ -178,14 +178,19 @@ pub(crate) fn retire(
 pub(crate) fn trim(fs: &dyn Storage, dir: &Path, files_max: usize) -> Result<usize> {
     let mut removed = 0;
     for path in paths(fs, dir)?.into_iter().skip(files_max) {
-        match fs.remove(&path) {
-            Ok(()) => removed += 1,
-            // Taken by the writer meanwhile.
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(Error::io(format!("removing {}", path.display()), e)),
-        }
+        removed += usize::from(remove(fs, &path)?);
     }
     Ok(removed)
+}
+
+/// Deletes the retired file at `path`; `false` if it was gone already (taken by the
+/// writer meanwhile).
+fn remove(fs: &dyn Storage, path: &Path) -> Result<bool> {
+    match fs.remove(path) {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(Error::io(format!("removing {}", path.display()), e)),
+    }
 }
 
 /// Deletes the retired files, then fsyncs the directory if any went; returns how many.
@@ -204,12 +209,7 @@ pub(crate) fn drain(
         {
             continue;
         }
-        match fs.remove(&free.path) {
-            Ok(()) => removed += 1,
-            // Taken by the writer meanwhile.
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(Error::io(format!("removing {}", free.path.display()), e)),
-        }
+        removed += usize::from(remove(fs, &free.path)?);
     }
     if removed > 0 {
         sync_dir(fs, dir)?;
