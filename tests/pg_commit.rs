@@ -1,7 +1,8 @@
 //! The one-statement commit (docs/postgres.md §2): a steady-state commit is one round trip;
 //! a stale hint (another handle wrote the task) costs one more and gives the history a
 //! single writer gives; a schema of version 2 (no commit function) is upgraded in place by
-//! the first handles that open it, at once or not.
+//! the first handles that open it, at once or not, and a schema of version 3 gets version
+//! 4's commit function.
 #![cfg(feature = "postgres")]
 
 mod common;
@@ -247,7 +248,7 @@ fn a_schema_of_version_2_is_upgraded_in_place_and_commits() {
     let store: PgStore = PgStore::open(&url, options(&schema, 1024)).unwrap();
     assert_eq!(
         psql(&format!("SELECT version FROM {schema}.schema_version")),
-        "3"
+        "4"
     );
     assert_eq!(store.commit("old", &step(4)).unwrap(), 4);
     assert_eq!(store.commit("new", &step(1)).unwrap(), 1);
@@ -294,7 +295,7 @@ fn handles_opening_a_version_2_schema_at_once_all_upgrade_and_commit() {
     assert_eq!(seqs, (4..12).collect::<Vec<u64>>());
     assert_eq!(
         psql(&format!("SELECT version FROM {schema}.schema_version")),
-        "3"
+        "4"
     );
     assert_eq!(
         psql(&format!(
@@ -302,5 +303,65 @@ fn handles_opening_a_version_2_schema_at_once_all_upgrade_and_commit() {
              WHERE n.nspname = '{schema}' AND p.proname = 'agentwal_commit'"
         )),
         "1"
+    );
+}
+
+/// A schema of version 3: version 2's tables and rows, and the commit function as version 3
+/// created it (a row lock, then the checks).
+fn v3_schema(name: &str) -> String {
+    let schema = v2_schema(name);
+    let function = include_str!("fixtures/pg-commit-fn-v3.sql");
+    psql(&format!(
+        "SET search_path = {schema}; {function};
+         UPDATE schema_version SET version = 3 WHERE id = 1;"
+    ));
+    schema
+}
+
+/// How many `agentwal_commit` functions of `schema` hold version 4's conditional UPDATE.
+fn functions_with_fast_path(schema: &str) -> String {
+    psql(&format!(
+        "SELECT count(*) FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+         WHERE n.nspname = '{schema}' AND p.proname = 'agentwal_commit'
+           AND p.prosrc LIKE '%v_done := FOUND%'"
+    ))
+}
+
+#[test]
+fn a_schema_of_version_3_gets_the_new_commit_function_and_commits_on() {
+    let schema = v3_schema("upgrade_v3");
+    let url = common::pg::url();
+    assert_eq!(functions_with_fast_path(&schema), "0");
+    let first: PgStore = PgStore::open(&url, options(&schema, 1024)).unwrap();
+    assert_eq!(
+        psql(&format!("SELECT version FROM {schema}.schema_version")),
+        "4"
+    );
+    assert_eq!(functions_with_fast_path(&schema), "1");
+    assert_eq!(first.commit("old", &step(4)).unwrap(), 4);
+    // A second handle: its first commit of "old" has no hint (the checked path, `stale`),
+    // then a hint the first handle's next commit makes stale.
+    let other: PgStore = PgStore::open(&url, options(&schema, 1024)).unwrap();
+    assert_eq!(other.commit("old", &step(5)).unwrap(), 5);
+    assert_eq!(first.commit("old", &step(6)).unwrap(), 6);
+    assert_eq!(other.commit("old", &step(7)).unwrap(), 7);
+    assert!(matches!(
+        other.commit_if("old", 6, &step(8)),
+        Err(Error::Conflict { actual: 7, .. })
+    ));
+    let reference: PgStore = common::pg::store("upgrade_v3_ref", PgOptions::default());
+    for n in 1..=7 {
+        reference.commit("old", &step(n)).unwrap();
+    }
+    assert_eq!(
+        other.load_latest("old").unwrap().unwrap().state,
+        reference.load_latest("old").unwrap().unwrap().state
+    );
+    assert!(
+        other
+            .verify_with(agentwal::BodyCheck::Require)
+            .unwrap()
+            .problems
+            .is_empty()
     );
 }

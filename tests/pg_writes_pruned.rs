@@ -147,7 +147,7 @@ fn a_schema_at_version_1_is_migrated_to_the_current_version_and_resolves_as_befo
     let store: PgStore = PgStore::open(&common::pg::url(), options.clone()).unwrap();
     assert_eq!(
         psql(&format!("SELECT version FROM {schema}.schema_version")),
-        "3"
+        "4"
     );
     assert_eq!(
         store.resolve("00000000000000000000000000000001").unwrap(),

@@ -19,12 +19,14 @@ use crate::store::policy::SnapshotCounters;
 /// keep-count bound (NULL: no retention) and age cutoff (NULL: none).
 ///
 /// Steps: the fence check (the lease row read `FOR SHARE`, as `FENCE_SQL`, judged as
-/// `judge_fence`); the task row locked `FOR UPDATE` (an absent row reads as an empty one,
-/// and is created only if the commit goes ahead; a concurrent creator's row makes the
-/// function start again on it); `commit_if`'s check; the row against the decision's
-/// (`stale`: nothing written, the row's values returned); then the write id (as
-/// `RECORD_WRITE_SQL`), the checkpoint, the row's update and retention (as the prune of
-/// docs/postgres.md §2). Status: `ok`, `stale`, `conflict` or `fenced`; with the lease
+/// `judge_fence`); when the row was decided on and `commit_if` expects its seq (or nothing),
+/// one conditional `UPDATE` of the task row that matches only the row decided on (schema
+/// version 4). Otherwise, or if it matched nothing, the checked path: the task row locked
+/// `FOR UPDATE` (an absent row reads as an empty one, and is created only if the commit goes
+/// ahead; a concurrent creator's row makes the function start again on it); `commit_if`'s
+/// check; the row against the decision's (`stale`: nothing written, the row's values
+/// returned); the row's update. Then the write id (as `RECORD_WRITE_SQL`), the checkpoint and
+/// retention (as the prune of docs/postgres.md §2). Status: `ok`, `stale`, `conflict` or `fenced`; with the lease
 /// (epoch, live) and the row as it now is (for `fenced`: NULLs).
 pub(super) const CREATE_FUNCTION_SQL: &str = r#"
 CREATE OR REPLACE FUNCTION agentwal_commit(
@@ -45,6 +47,7 @@ DECLARE
     v_new boolean;
     v_seq bigint;
     v_at bigint;
+    v_done boolean := false;
 BEGIN
     SELECT l.epoch, l.expires_at > clock_timestamp() INTO o_epoch, o_live
         FROM leases l WHERE l.task = p_task FOR SHARE;
@@ -54,52 +57,71 @@ BEGIN
         o_status := 'fenced';
         RETURN;
     END IF;
-    SELECT t.* INTO r FROM tasks t WHERE t.task = p_task FOR UPDATE;
-    v_new := NOT FOUND;
-    IF v_new THEN
-        r.task := p_task; r.latest_seq := 0; r.latest_created_at_ms := 0;
-        r.snapshot_bytes := 0; r.deltas_since_snapshot := 0;
-        r.delta_bytes_since_snapshot := 0; r.versions_since_snapshot := '{}';
+    -- The usual case, the row as decided on: one conditional UPDATE takes the row lock
+    -- and checks the row at once (a concurrent writer's update makes it match nothing:
+    -- READ COMMITTED re-reads the row it waited for). Anything else takes the checked
+    -- path below, which tells stale from conflict from a new task.
+    IF p_latest IS NOT NULL AND (p_expected IS NULL OR p_expected = p_latest) THEN
+        UPDATE tasks t SET latest_seq = p_latest + 1,
+            latest_created_at_ms = greatest(p_now_ms, t.latest_created_at_ms),
+            snapshot_bytes = p_new_snapshot_bytes, deltas_since_snapshot = p_new_deltas,
+            delta_bytes_since_snapshot = p_new_delta_bytes,
+            versions_since_snapshot = p_new_versions
+        WHERE t.task = p_task AND t.latest_seq = p_latest
+            AND t.snapshot_bytes = p_snapshot_bytes AND t.deltas_since_snapshot = p_deltas
+            AND t.delta_bytes_since_snapshot = p_delta_bytes
+            AND t.versions_since_snapshot = p_versions
+        RETURNING t.latest_seq, t.latest_created_at_ms INTO v_seq, v_at;
+        v_done := FOUND;
     END IF;
-    o_latest := r.latest_seq; o_created_at_ms := r.latest_created_at_ms;
-    o_snapshot_bytes := r.snapshot_bytes; o_deltas := r.deltas_since_snapshot;
-    o_delta_bytes := r.delta_bytes_since_snapshot; o_versions := r.versions_since_snapshot;
-    IF p_expected IS NOT NULL AND p_expected <> r.latest_seq THEN
-        o_status := 'conflict';
-        RETURN;
-    END IF;
-    IF (r.latest_seq, r.snapshot_bytes, r.deltas_since_snapshot,
-        r.delta_bytes_since_snapshot, r.versions_since_snapshot)
-       IS DISTINCT FROM (p_latest, p_snapshot_bytes, p_deltas, p_delta_bytes, p_versions) THEN
-        o_status := 'stale';
-        RETURN;
-    END IF;
-    IF v_new THEN
-        INSERT INTO tasks (task, latest_seq, latest_created_at_ms, snapshot_bytes,
-            deltas_since_snapshot, delta_bytes_since_snapshot, versions_since_snapshot)
-        VALUES (p_task, 0, 0, 0, 0, 0, '{}') ON CONFLICT (task) DO NOTHING;
-        IF NOT FOUND THEN
-            SELECT * INTO o_status, o_epoch, o_live, o_latest, o_created_at_ms,
-                o_snapshot_bytes, o_deltas, o_delta_bytes, o_versions
-            FROM agentwal_commit(p_task, p_epoch, p_expected, p_latest, p_snapshot_bytes,
-                p_deltas, p_delta_bytes, p_versions, p_write_id, p_now_ms,
-                p_schema_version, p_snapshot, p_body, p_new_snapshot_bytes, p_new_deltas,
-                p_new_delta_bytes, p_new_versions, p_by_count, p_cutoff_ms);
+    IF NOT v_done THEN
+        SELECT t.* INTO r FROM tasks t WHERE t.task = p_task FOR UPDATE;
+        v_new := NOT FOUND;
+        IF v_new THEN
+            r.task := p_task; r.latest_seq := 0; r.latest_created_at_ms := 0;
+            r.snapshot_bytes := 0; r.deltas_since_snapshot := 0;
+            r.delta_bytes_since_snapshot := 0; r.versions_since_snapshot := '{}';
+        END IF;
+        o_latest := r.latest_seq; o_created_at_ms := r.latest_created_at_ms;
+        o_snapshot_bytes := r.snapshot_bytes; o_deltas := r.deltas_since_snapshot;
+        o_delta_bytes := r.delta_bytes_since_snapshot; o_versions := r.versions_since_snapshot;
+        IF p_expected IS NOT NULL AND p_expected <> r.latest_seq THEN
+            o_status := 'conflict';
             RETURN;
         END IF;
+        IF (r.latest_seq, r.snapshot_bytes, r.deltas_since_snapshot,
+            r.delta_bytes_since_snapshot, r.versions_since_snapshot)
+           IS DISTINCT FROM (p_latest, p_snapshot_bytes, p_deltas, p_delta_bytes, p_versions) THEN
+            o_status := 'stale';
+            RETURN;
+        END IF;
+        IF v_new THEN
+            INSERT INTO tasks (task, latest_seq, latest_created_at_ms, snapshot_bytes,
+                deltas_since_snapshot, delta_bytes_since_snapshot, versions_since_snapshot)
+            VALUES (p_task, 0, 0, 0, 0, 0, '{}') ON CONFLICT (task) DO NOTHING;
+            IF NOT FOUND THEN
+                SELECT * INTO o_status, o_epoch, o_live, o_latest, o_created_at_ms,
+                    o_snapshot_bytes, o_deltas, o_delta_bytes, o_versions
+                FROM agentwal_commit(p_task, p_epoch, p_expected, p_latest, p_snapshot_bytes,
+                    p_deltas, p_delta_bytes, p_versions, p_write_id, p_now_ms,
+                    p_schema_version, p_snapshot, p_body, p_new_snapshot_bytes, p_new_deltas,
+                    p_new_delta_bytes, p_new_versions, p_by_count, p_cutoff_ms);
+                RETURN;
+            END IF;
+        END IF;
+        v_seq := r.latest_seq + 1;
+        v_at := greatest(p_now_ms, r.latest_created_at_ms);
+        UPDATE tasks SET latest_seq = v_seq, latest_created_at_ms = v_at,
+            snapshot_bytes = p_new_snapshot_bytes, deltas_since_snapshot = p_new_deltas,
+            delta_bytes_since_snapshot = p_new_delta_bytes,
+            versions_since_snapshot = p_new_versions
+        WHERE task = p_task;
     END IF;
-    v_seq := r.latest_seq + 1;
-    v_at := greatest(p_now_ms, r.latest_created_at_ms);
     INSERT INTO writes (write_id, task, seq, landed) VALUES (p_write_id, p_task, v_seq, true);
     INSERT INTO checkpoints (task, seq, created_at_ms, schema_version, snapshot, body,
         origin_task, origin_seq, write_id)
     VALUES (p_task, v_seq, v_at, p_schema_version, p_snapshot, p_body, NULL, NULL,
         p_write_id);
-    UPDATE tasks SET latest_seq = v_seq, latest_created_at_ms = v_at,
-        snapshot_bytes = p_new_snapshot_bytes, deltas_since_snapshot = p_new_deltas,
-        delta_bytes_since_snapshot = p_new_delta_bytes,
-        versions_since_snapshot = p_new_versions
-    WHERE task = p_task;
     IF p_by_count IS NOT NULL THEN
         DELETE FROM checkpoints c WHERE c.task = p_task AND c.seq < (
             SELECT max(s.seq) FROM checkpoints s
