@@ -18,6 +18,7 @@ tuples) are always serialized.
 
 from __future__ import annotations
 
+from operator import is_
 from typing import Any, List, NamedTuple, Optional, Sequence, Tuple
 
 from langgraph.checkpoint.base import SerializerProtocol
@@ -32,35 +33,30 @@ class ListDump(NamedTuple):
     dumped: Tuple[Tuple[str, bytes], ...]
 
 
-def _attrs(item: Any) -> Optional[Tuple[Any, ...]]:
-    """The item's attribute values, or None for an item without a ``__dict__``."""
-    d = getattr(item, "__dict__", None)
-    return tuple(d.values()) if type(d) is dict else None
-
-
-def _unchanged(before: Optional[Tuple[Any, ...]], now: Optional[Tuple[Any, ...]]) -> bool:
-    return (
-        before is not None
-        and now is not None
-        and len(before) == len(now)
-        and all(a is b for a, b in zip(before, now))
-    )
-
-
 def dump_list(
     serde: SerializerProtocol, value: Sequence[Any], last: Optional[ListDump]
 ) -> Tuple[List[Tuple[str, bytes]], ListDump]:
     """Each item of ``value`` as ``serde.dumps_typed`` gives it, reusing ``last``'s bytes for
     an item that is the same object at the same position with the same attribute values;
     returns them and the ``ListDump`` to pass next time."""
+    items = tuple(value)
     out: List[Tuple[str, bytes]] = []
     attrs: List[Optional[Tuple[Any, ...]]] = []
-    known = len(last.items) if last is not None else 0
-    for i, item in enumerate(value):
-        now = _attrs(item)
-        attrs.append(now)
-        if i < known and last is not None and last.items[i] is item and _unchanged(last.attrs[i], now):
-            out.append(last.dumped[i])
-        else:
+    known = min(len(last.items), len(items)) if last is not None else 0
+    # The loop runs over every item of the list at every put (400 at step 200): its checks
+    # are C-level (`map(is_, ...)`), not a generator per item.
+    for i, item in enumerate(items):
+        d = getattr(item, "__dict__", None)
+        if type(d) is not dict:
+            attrs.append(None)
             out.append(serde.dumps_typed(item))
-    return out, ListDump(tuple(value), tuple(attrs), tuple(out))
+            continue
+        if i < known and last is not None and last.items[i] is item:
+            before = last.attrs[i]
+            if before is not None and len(before) == len(d) and all(map(is_, before, d.values())):
+                attrs.append(before)
+                out.append(last.dumped[i])
+                continue
+        attrs.append(tuple(d.values()))
+        out.append(serde.dumps_typed(item))
+    return out, ListDump(items, tuple(attrs), tuple(out))
