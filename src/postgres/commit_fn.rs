@@ -1,8 +1,9 @@
-//! The commit function: `agentwal_commit`, created in the schema (schema version 3), does
-//! a whole commit in one statement, so a commit is one round trip and one implicit
-//! transaction (docs/postgres.md §2). It holds no rule of its own beyond the checks: the
-//! client decides delta or snapshot and the new counters from its hint of the task's row,
-//! and the function writes only if the row is the one the decision was made for.
+//! The commit function: `agentwal_commit`, created in the schema (schema version 3; its
+//! usual case one conditional `UPDATE` since version 4), does a whole commit in one
+//! statement, so a commit is one round trip and one implicit transaction (docs/postgres.md
+//! §2). It holds no rule of its own beyond the checks: the client decides delta or snapshot
+//! and the new counters from its hint of the task's row, and the function writes only if
+//! the row is the one the decision was made for.
 
 use tokio_postgres::types::Type;
 
