@@ -252,21 +252,7 @@ fn a_schema_of_version_2_is_upgraded_in_place_and_commits() {
     );
     assert_eq!(store.commit("old", &step(4)).unwrap(), 4);
     assert_eq!(store.commit("new", &step(1)).unwrap(), 1);
-    let reference: PgStore = common::pg::store("upgrade_v2_ref", PgOptions::default());
-    for n in 1..=4 {
-        reference.commit("old", &step(n)).unwrap();
-    }
-    assert_eq!(
-        store.load_latest("old").unwrap().unwrap().state,
-        reference.load_latest("old").unwrap().unwrap().state
-    );
-    assert!(
-        store
-            .verify_with(agentwal::BodyCheck::Require)
-            .unwrap()
-            .problems
-            .is_empty()
-    );
+    assert_old_task_as_written_directly(&store, 4, "upgrade_v2_ref");
     // Opening again changes nothing; a read-only open now succeeds.
     let again: PgStore = PgStore::open(&url, options(&schema, 1024)).unwrap();
     assert_eq!(again.commit("old", &step(5)).unwrap(), 5);
@@ -349,16 +335,22 @@ fn a_schema_of_version_3_gets_the_new_commit_function_and_commits_on() {
         other.commit_if("old", 6, &step(8)),
         Err(Error::Conflict { actual: 7, .. })
     ));
-    let reference: PgStore = common::pg::store("upgrade_v3_ref", PgOptions::default());
-    for n in 1..=7 {
-        reference.commit("old", &step(n)).unwrap();
+    assert_old_task_as_written_directly(&other, 7, "upgrade_v3_ref");
+}
+
+/// `store`'s task "old" holds the state of `step(1..=steps)` committed to a fresh schema
+/// (`reference`), and `store` verifies clean.
+fn assert_old_task_as_written_directly(store: &PgStore, steps: u64, reference: &str) {
+    let direct: PgStore = common::pg::store(reference, PgOptions::default());
+    for n in 1..=steps {
+        direct.commit("old", &step(n)).unwrap();
     }
     assert_eq!(
-        other.load_latest("old").unwrap().unwrap().state,
-        reference.load_latest("old").unwrap().unwrap().state
+        store.load_latest("old").unwrap().unwrap().state,
+        direct.load_latest("old").unwrap().unwrap().state
     );
     assert!(
-        other
+        store
             .verify_with(agentwal::BodyCheck::Require)
             .unwrap()
             .problems
