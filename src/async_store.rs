@@ -120,7 +120,7 @@ impl<S: State> AsyncStore<S> {
             Deferred::Handled => outcome.await,
             Deferred::Blocking(_) => {
                 let (task, delta) = (task.to_string(), delta.clone());
-                self.blocking_op(move |s| s.commit_inner(&task, expected, &delta))
+                self.blocking_op(move |s| s.commit_owned(&task, expected, delta))
                     .await
             }
         }

@@ -37,6 +37,14 @@ pub trait State: Default + Clone + Send + Sync + Serialize + DeserializeOwned + 
     /// Folds one delta into the state.
     fn apply(&mut self, delta: &Self::Delta);
 
+    /// Folds a delta the store no longer needs (one decoded from the log, or one given to
+    /// [`Store::commit_owned`](crate::Store::commit_owned)). Must leave the state exactly
+    /// as [`apply`](Self::apply) would; override it to move the delta's contents into the
+    /// state instead of copying them. The default calls `apply`.
+    fn apply_owned(&mut self, delta: Self::Delta) {
+        self.apply(&delta);
+    }
+
     /// Decodes a snapshot written under schema version `found` (≠ `VERSION`).
     /// The default refuses with [`Error::SchemaMismatch`].
     fn migrate_state(found: u32, bytes: &[u8]) -> Result<Self> {
@@ -212,5 +220,48 @@ impl State for AgentState {
         for (k, v) in &delta.metadata {
             self.metadata.insert(k.clone(), v.clone());
         }
+    }
+
+    fn apply_owned(&mut self, delta: AgentDelta) {
+        self.messages.extend(delta.messages);
+        self.vars.extend(delta.set);
+        for k in &delta.unset {
+            self.vars.remove(k);
+        }
+        self.metadata.extend(delta.metadata);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A delta that sets, unsets and overwrites: an owned fold must match a lent one.
+    fn delta(step: u64) -> AgentDelta {
+        AgentDelta::default()
+            .message(Message::user(format!("step {step}")))
+            .message(Message {
+                data: Some(Value::from(step as i64)),
+                ..Message::assistant("ok")
+            })
+            .set("phase", format!("p{}", step % 3))
+            .set(format!("scratch-{}", step % 4), step as i64)
+            .unset(format!("scratch-{}", (step + 1) % 4))
+            .unset("never-set")
+            .set("set-then-unset", step as i64)
+            .unset("set-then-unset")
+            .meta("model", format!("m{}", step % 2))
+    }
+
+    #[test]
+    fn an_owned_delta_folds_to_what_a_lent_one_does() {
+        let (mut lent, mut owned) = (AgentState::default(), AgentState::default());
+        for step in 0..40 {
+            let d = delta(step);
+            lent.apply(&d);
+            owned.apply_owned(d);
+            assert_eq!(lent, owned, "after step {step}");
+        }
+        assert_eq!(lent.messages.len(), 80);
     }
 }

@@ -162,3 +162,83 @@ fn an_async_commit_while_the_caller_holds_its_checkpoint_copies_no_state() {
     drop(runtime);
     check_log(dir.path(), "t", 10);
 }
+
+/// Clones of [`Token`] so far, in this process (the tests hold `common::serial()`).
+static TOKEN_CLONES: AtomicU64 = AtomicU64::new(0);
+
+/// A delta that counts its clones.
+#[derive(Debug, PartialEq, Serialize, Deserialize)]
+struct Token(u64);
+
+impl Clone for Token {
+    fn clone(&self) -> Self {
+        TOKEN_CLONES.fetch_add(1, Ordering::SeqCst);
+        Token(self.0)
+    }
+}
+
+/// A state whose owned fold moves the token in. Copying the state (a fold while a reader
+/// holds it) does not count as copying deltas.
+#[derive(Debug, Default, PartialEq, Serialize, Deserialize)]
+struct Tokens(Vec<Token>);
+
+impl Clone for Tokens {
+    fn clone(&self) -> Self {
+        Tokens(self.0.iter().map(|t| Token(t.0)).collect())
+    }
+}
+
+impl State for Tokens {
+    type Delta = Token;
+    fn apply(&mut self, token: &Token) {
+        self.0.push(token.clone());
+    }
+    fn apply_owned(&mut self, token: Token) {
+        self.0.push(token);
+    }
+}
+
+fn token_clones() -> u64 {
+    TOKEN_CLONES.load(Ordering::SeqCst)
+}
+
+#[test]
+fn an_owned_delta_is_moved_into_the_cached_state_never_copied() {
+    let _serial = common::serial();
+    let dir = tempfile::tempdir().unwrap();
+    let opts = Options {
+        snapshot_every: 4,
+        ..Options::default()
+    };
+    let store: Store<Tokens> = Store::open_with(dir.path(), opts).unwrap();
+    let before = token_clones();
+    let mut held = Vec::new();
+    for i in 1..=30_u64 {
+        // Every other commit checks its expected seq; every fifth is made while a reader
+        // holds the state, so its token is queued and folded later.
+        let expected = i.is_multiple_of(2).then_some(i - 1);
+        assert_eq!(store.commit_owned("t", expected, Token(i)).unwrap(), i);
+        if i.is_multiple_of(5) {
+            held.push(store.load_latest("t").unwrap().expect("committed"));
+        }
+    }
+    let latest = store.load_latest("t").unwrap().expect("committed");
+    assert_eq!(latest.state.0, (1..=30).map(Token).collect::<Vec<_>>());
+    assert_eq!(
+        token_clones(),
+        before,
+        "commit_owned or a fold copied a delta"
+    );
+    let conflict = store.commit_owned("t", Some(29), Token(99));
+    assert!(matches!(conflict, Err(agentwal::Error::Conflict { .. })));
+
+    // The lending API copies each delta into the cache once: what the owned one saves.
+    let lent = token_clones();
+    store.commit("t", &Token(31)).unwrap();
+    assert_eq!(token_clones(), lent + 1, "a lent delta is copied once");
+    drop((held, latest, store));
+
+    let reopened: Store<Tokens> = Store::open(dir.path()).unwrap();
+    let folded = reopened.load_latest("t").unwrap().expect("committed");
+    assert_eq!(folded.state.0, (1..=31).map(Token).collect::<Vec<_>>());
+}

@@ -45,12 +45,13 @@ impl Drop for Arrive<'_> {
 
 /// Runs the workload: `threads` threads, one task each, `steps` steps; `init` makes a
 /// thread's private state (a connection, say) before the common start, `step` makes one
-/// step durable. Only `step` is timed.
+/// step durable. Only `step` is timed; it may take the delta over (as a caller done with it
+/// would hand it to `Store::commit_owned`), and whatever it leaves is dropped untimed.
 pub fn drive<W>(
     threads: usize,
     steps: usize,
     init: impl Fn(usize) -> W + Sync,
-    step: impl Fn(&mut W, &str, u64, &AgentDelta) + Sync,
+    step: impl Fn(&mut W, &str, u64, &mut AgentDelta) + Sync,
 ) -> RunTimes {
     // Every worker and the main thread cross this line three times: every `init` done
     // (the counters start, so no `init` is in them), go, every last commit done (they
@@ -96,7 +97,7 @@ fn work<W>(
     steps: usize,
     line: &Barrier,
     init: impl Fn(usize) -> W,
-    step: impl Fn(&mut W, &str, u64, &AgentDelta),
+    step: impl Fn(&mut W, &str, u64, &mut AgentDelta),
 ) -> Worked {
     let id = task_id(task);
     let mut worker = init(task);
@@ -109,9 +110,9 @@ fn work<W>(
     // fast backend's workers have finished.
     let started = Instant::now();
     for n in 0..steps {
-        let delta = make_delta(task, n);
+        let mut delta = make_delta(task, n);
         let (t0, c0) = (Instant::now(), thread_cpu_ns());
-        step(&mut worker, &id, n as u64 + 1, &delta);
+        step(&mut worker, &id, n as u64 + 1, &mut delta);
         latencies.push(t0.elapsed().as_nanos() as u64);
         cpu_ns += thread_cpu_ns() - c0;
     }

@@ -273,7 +273,8 @@ impl Store {
     fn commit(&self, py: Python<'_>, task: String, delta: &Bound<'_, PyAny>) -> PyResult<u64> {
         let delta = convert::to_delta(delta)?;
         let engine = self.engine(py)?;
-        run(py, || engine.commit(&task, &delta))
+        // The converted delta is ours alone: the store's cache takes it over.
+        run(py, || engine.commit_owned(&task, None, delta))
     }
 
     /// Like :meth:`commit`, only if the task's latest seq is ``expected_seq`` (0: the task
@@ -287,7 +288,7 @@ impl Store {
     ) -> PyResult<u64> {
         let delta = convert::to_delta(delta)?;
         let engine = self.engine(py)?;
-        run(py, || engine.commit_if(&task, expected_seq, &delta))
+        run(py, || engine.commit_owned(&task, Some(expected_seq), delta))
     }
 
     /// The task's newest checkpoint, or ``None`` if the task has none.

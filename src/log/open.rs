@@ -193,12 +193,14 @@ fn remove_superseded_files(
     superseded: &[PathBuf],
     segment_bytes: u64,
 ) -> Result<()> {
+    let pool = recycle::Pool::new(segment_bytes, 0);
+    let mut waiting = recycle::waiting(fs, dir)?;
     for path in superseded {
         let id = path
             .file_name()
             .and_then(|n| parse_segment_file_name(&n.to_string_lossy()))
             .unwrap_or_default();
-        recycle::retire(fs, dir, id, path, &recycle::Pool::new(segment_bytes, 0))?;
+        recycle::retire(fs, dir, (id, path), &pool, &mut waiting)?;
     }
     if !superseded.is_empty() {
         sync_dir(fs, dir)?;

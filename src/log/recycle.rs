@@ -151,18 +151,25 @@ pub(crate) fn reusable_bytes(segment_bytes: u64) -> RangeInclusive<u64> {
     PREALLOCATE_BYTES.min(segment_bytes)..=segment_bytes
 }
 
+/// How many retired files wait in `dir` now: the count a batch of [`retire`] calls starts
+/// from (listed once per batch, not once per file).
+pub(crate) fn waiting(fs: &dyn Storage, dir: &Path) -> Result<usize> {
+    Ok(paths(fs, dir)?.len())
+}
+
 /// Retires segment file `path` (segment `id`): renamed to its `.free` name while fewer
-/// than `pool.files_max` files wait and it is a v2 file whose length is in `pool.sizes`,
-/// deleted otherwise. The caller fsyncs the directory afterwards.
+/// than `pool.files_max` files wait (`waiting`, from [`waiting`] and kept up to date here)
+/// and it is a v2 file whose length is in `pool.sizes`, deleted otherwise. A rotation
+/// taking a file meanwhile only makes `waiting` high, so a file may go that could have
+/// stayed, never the reverse. The caller fsyncs the directory afterwards.
 pub(crate) fn retire(
     fs: &dyn Storage,
     dir: &Path,
-    id: u64,
-    path: &Path,
+    (id, path): (u64, &Path),
     pool: &Pool,
+    waiting: &mut usize,
 ) -> Result<()> {
-    let waiting = paths(fs, dir)?.len();
-    let reusable = waiting < pool.files_max && {
+    let reusable = *waiting < pool.files_max && {
         let (salt, file_bytes) = read_salt(fs, path)?;
         salt.is_some() && pool.sizes.contains(&file_bytes)
     };
@@ -170,7 +177,9 @@ pub(crate) fn retire(
         true => fs.rename(path, &dir.join(free_file_name(id))),
         false => fs.remove(path),
     };
-    done.map_err(|e| Error::io(format!("removing {}", path.display()), e))
+    done.map_err(|e| Error::io(format!("removing {}", path.display()), e))?;
+    *waiting += usize::from(reusable);
+    Ok(())
 }
 
 /// Deletes the retired files past the first `files_max` (by the id they had), keeping

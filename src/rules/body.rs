@@ -20,7 +20,7 @@ impl<S: State> DecodedBody<S> {
     pub(crate) fn fold_into(self, state: &mut S) {
         match self {
             DecodedBody::Snapshot(s) => *state = s,
-            DecodedBody::Delta(d) => state.apply(&d),
+            DecodedBody::Delta(d) => state.apply_owned(d),
         }
     }
 }

@@ -13,6 +13,7 @@
 //! delta, whether or not the caller holds the `Checkpoint` it loaded; the queued deltas are
 //! folded by the next load or snapshot.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -39,16 +40,20 @@ impl<S: State> Cached<S> {
     }
 
     /// Advances the state by `delta`: applied in place (after the queued deltas) when no
-    /// reader holds the state, else queued. Never copies the state.
-    pub fn advance(&mut self, delta: &S::Delta) {
+    /// reader holds the state, else queued. Never copies the state; an owned delta is
+    /// moved into it, not copied.
+    pub fn advance(&mut self, delta: Cow<'_, S::Delta>) {
         match Arc::get_mut(&mut self.state) {
             Some(state) => {
                 for queued in self.pending.drain(..) {
-                    state.apply(&queued);
+                    state.apply_owned(queued);
                 }
-                state.apply(delta);
+                match delta {
+                    Cow::Borrowed(delta) => state.apply(delta),
+                    Cow::Owned(delta) => state.apply_owned(delta),
+                }
             }
-            None => self.pending.push(delta.clone()),
+            None => self.pending.push(delta.into_owned()),
         }
     }
 
@@ -58,7 +63,7 @@ impl<S: State> Cached<S> {
         if !self.pending.is_empty() {
             let state = Arc::make_mut(&mut self.state);
             for queued in self.pending.drain(..) {
-                state.apply(&queued);
+                state.apply_owned(queued);
             }
         }
         &self.state

@@ -209,7 +209,7 @@ pub(crate) fn decode_payload(kind: u8, p: &[u8]) -> std::result::Result<Decoded<
 }
 
 /// Encodes a record payload.
-pub(crate) fn encode<T: Serialize>(rec: &T) -> Result<Vec<u8>> {
+pub(crate) fn encode<T: Serialize + ?Sized>(rec: &T) -> Result<Vec<u8>> {
     encode_into(rec, Vec::new())
 }
 
@@ -220,7 +220,7 @@ pub(crate) fn encode_with_capacity<T: Serialize>(rec: &T, capacity: usize) -> Re
 }
 
 /// Encodes `rec`, appending to `buf` (its capacity is used before the buffer grows).
-fn encode_into<T: Serialize>(rec: &T, buf: Vec<u8>) -> Result<Vec<u8>> {
+fn encode_into<T: Serialize + ?Sized>(rec: &T, buf: Vec<u8>) -> Result<Vec<u8>> {
     postcard::serialize_with_flavor(rec, VecFlavor(buf))
         .map_err(|e| Error::InvalidArgument(format!("cannot encode record: {e}")))
 }
@@ -303,19 +303,22 @@ pub(crate) fn with_checkpoint_encoded<R>(
     })
 }
 
-/// Encodes `value` into this thread's scratch buffer and runs `f` on the bytes. Falls back
+/// Encodes `value` into this thread's scratch buffer and runs `f` on it and the bytes
+/// (`value` is handed on, so an owned value can move on after being encoded). Falls back
 /// to a fresh buffer if the scratch one is in use (`f` encoding again on this thread).
-pub(crate) fn with_encoded<T: Serialize, R>(
-    value: &T,
-    f: impl FnOnce(&[u8]) -> Result<R>,
-) -> Result<R> {
+pub(crate) fn with_encoded<V, R>(value: V, f: impl FnOnce(V, &[u8]) -> Result<R>) -> Result<R>
+where
+    V: std::ops::Deref,
+    V::Target: Serialize,
+{
     SCRATCH.with(|scratch| {
         let Ok(mut buf) = scratch.try_borrow_mut() else {
-            return f(&encode(value)?);
+            let bytes = encode(&*value)?;
+            return f(value, &bytes);
         };
         buf.clear();
-        *buf = encode_into(value, std::mem::take(&mut *buf))?;
-        let out = f(&buf);
+        *buf = encode_into(&*value, std::mem::take(&mut *buf))?;
+        let out = f(value, &buf);
         if buf.capacity() > SCRATCH_BYTES_MAX {
             *buf = Vec::new();
         }

@@ -13,13 +13,26 @@ impl<S: State> Store<S> {
     /// With `SyncMode::Always` the checkpoint is durable when this returns. Commits to one
     /// task are serialized; commits to different tasks share fsyncs.
     pub fn commit(&self, task: &str, delta: &S::Delta) -> Result<u64> {
-        self.commit_inner(task, None, delta)
+        self.commit_inner(task, None, Cow::Borrowed(delta))
+    }
+
+    /// Like [`commit_if`](Self::commit_if) (with `expected_seq`) or [`commit`](Self::commit)
+    /// (without), for a caller done with the delta: the cached state takes the delta's
+    /// contents over instead of copying them (see [`State::apply_owned`]), so the commit
+    /// spends less CPU. Same result, same record.
+    pub fn commit_owned(
+        &self,
+        task: &str,
+        expected_seq: Option<u64>,
+        delta: S::Delta,
+    ) -> Result<u64> {
+        self.commit_inner(task, expected_seq, Cow::Owned(delta))
     }
 
     /// Like [`commit`](Self::commit), but only if the task's latest seq is `expected_seq`
     /// (0: the task must not exist); otherwise [`Error::Conflict`].
     pub fn commit_if(&self, task: &str, expected_seq: u64, delta: &S::Delta) -> Result<u64> {
-        self.commit_inner(task, Some(expected_seq), delta)
+        self.commit_inner(task, Some(expected_seq), Cow::Borrowed(delta))
     }
 
     /// `commit_if` with `Some(expected)`, `commit` with `None`.
@@ -27,10 +40,10 @@ impl<S: State> Store<S> {
         &self,
         task: &str,
         expected: Option<u64>,
-        delta: &S::Delta,
+        delta: Cow<'_, S::Delta>,
     ) -> Result<u64> {
         self.check_commit(task)?;
-        codec::with_encoded(delta, |delta_bytes| {
+        codec::with_encoded(delta, |delta, delta_bytes| {
             self.with_task_lock(task, |slot| {
                 self.commit_locked(task, slot, expected, delta, delta_bytes)
             })
@@ -42,7 +55,7 @@ impl<S: State> Store<S> {
         task: &str,
         slot: &Arc<TaskSlot>,
         expected: Option<u64>,
-        delta: &S::Delta,
+        delta: Cow<'_, S::Delta>,
         delta_bytes: &[u8],
     ) -> Result<u64> {
         let plan = self.plan_commit(task, slot, expected, delta, delta_bytes, Reads::Allowed)?;
@@ -64,7 +77,7 @@ impl<S: State> Store<S> {
         task: &str,
         slot: &Arc<TaskSlot>,
         expected: Option<u64>,
-        delta: &S::Delta,
+        delta: Cow<'_, S::Delta>,
         delta_bytes: &[u8],
         reads: Reads,
     ) -> Result<Option<CommitPlan<S>>> {
@@ -154,7 +167,7 @@ impl<S: State> Store<S> {
         task: &str,
         slot: &Arc<TaskSlot>,
         latest: u64,
-        delta: &S::Delta,
+        delta: Cow<'_, S::Delta>,
         snapshot_due: bool,
     ) -> Result<Option<Cached<S>>> {
         let mut cached = if latest == 0 {

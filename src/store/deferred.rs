@@ -62,7 +62,7 @@ impl<S: State> Store<S> {
     ) -> Deferred<u64> {
         // The slot through the gate only: an extra clone alive when a failed write on a
         // new task releases the gate would keep its empty slot in the index.
-        let planned = codec::with_encoded(delta, |delta_bytes| {
+        let planned = codec::with_encoded(Cow::Borrowed(delta), |delta, delta_bytes| {
             let slot = gate.slot();
             let plan =
                 self.plan_commit(task, slot, expected, delta, delta_bytes, Reads::Refused)?;

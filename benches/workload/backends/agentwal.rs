@@ -155,7 +155,11 @@ impl Agentwal {
             cfg.steps,
             |_| (),
             |_, task, seq, delta| {
-                let committed = store.commit(task, delta).expect("agentwal commit");
+                // The delta is the store's once committed: the cached state takes it over.
+                let delta = std::mem::take(delta);
+                let committed = store
+                    .commit_owned(task, None, delta)
+                    .expect("agentwal commit");
                 debug_assert_eq!(committed, seq);
             },
         );

@@ -360,6 +360,7 @@ impl Log {
         let mut removed = Vec::new();
         let mut bytes = 0;
         let storage = self.storage();
+        let mut waiting = recycle::waiting(storage, self.dir())?;
         for (id, path) in list_segments(storage, self.dir())? {
             if id > through_id {
                 break;
@@ -369,7 +370,7 @@ impl Log {
                 .open(&path, false)
                 .and_then(|f| f.len())
                 .unwrap_or(0);
-            recycle::retire(storage, self.dir(), id, &path, pool)?;
+            recycle::retire(storage, self.dir(), (id, &path), pool, &mut waiting)?;
             sync_dir(storage, self.dir())?;
             removed.push(path);
         }
@@ -397,8 +398,10 @@ impl Log {
         let swapped_out = prepared
             .exchanged
             .load(std::sync::atomic::Ordering::Acquire);
+        let mut waiting = recycle::waiting(storage, self.dir())?;
         if swapped_out {
-            recycle::retire(storage, self.dir(), through_id, &prepared.tmp, pool)?;
+            let swapped = (through_id, prepared.tmp.as_path());
+            recycle::retire(storage, self.dir(), swapped, pool, &mut waiting)?;
         }
         for (id, path) in list_segments(storage, self.dir())? {
             if id >= through_id {
@@ -408,7 +411,7 @@ impl Log {
                 .open(&path, false)
                 .and_then(|f| f.len())
                 .unwrap_or(0);
-            recycle::retire(storage, self.dir(), id, &path, pool)?;
+            recycle::retire(storage, self.dir(), (id, &path), pool, &mut waiting)?;
             removed.push(path);
         }
         // Files an earlier, busier interval left beyond what this one keeps.
