@@ -2,7 +2,8 @@
 //! a stale hint (another handle wrote the task) costs one more and gives the history a
 //! single writer gives; a schema of version 2 (no commit function) is upgraded in place by
 //! the first handles that open it, at once or not, and a schema of version 3 gets version
-//! 4's commit function.
+//! 4's commit function. The usual case is the client's one statement alone (the function
+//! renamed away, it still commits), and the function settles what the statement cannot.
 #![cfg(feature = "postgres")]
 
 mod common;
@@ -43,9 +44,9 @@ fn options(schema: &str, snapshot_every: u32) -> PgOptions {
 fn a_steady_state_commit_is_one_round_trip() {
     let store: PgStore = common::pg::store("one_round_trip", PgOptions::default());
     // A new task: the function creates its row. The first commit on a connection
-    // prepares the call too.
+    // prepares its two statements too (the usual case's and the function's call).
     assert_eq!(store.commit("t", &step(1)).unwrap(), 1);
-    assert_eq!(store.commit_round_trips(), 2);
+    assert_eq!(store.commit_round_trips(), 3);
     for n in 2..=30 {
         let before = store.commit_round_trips();
         assert_eq!(store.commit("t", &step(n)).unwrap(), n);
@@ -76,6 +77,63 @@ fn a_steady_state_commit_is_one_round_trip() {
         Err(Error::Conflict { actual: 0, .. })
     ));
     assert!(!store.tasks().unwrap().iter().any(|t| t == "new"));
+}
+
+#[test]
+fn the_usual_case_is_the_one_statement_the_function_settles_the_rest() {
+    let schema = common::pg::fresh_schema("fast_path");
+    let url = common::pg::url();
+    let a: PgStore = PgStore::open(&url, options(&schema, 1024)).unwrap();
+    let b: PgStore = PgStore::open(&url, options(&schema, 1024)).unwrap();
+    assert_eq!(a.commit("t", &step(1)).unwrap(), 1);
+    assert_eq!(b.commit("t", &step(2)).unwrap(), 2);
+    // Without the function, whatever still commits went through the statement alone.
+    let function = format!("{schema}.agentwal_commit");
+    let args = psql(&format!(
+        "SELECT pg_get_function_identity_arguments('{function}'::regproc)"
+    ));
+    psql(&format!(
+        "ALTER FUNCTION {function}({args}) RENAME TO agentwal_commit_away"
+    ));
+    for n in 3..=10 {
+        assert_eq!(a.commit("t", &step(n)).unwrap(), n, "steady state");
+    }
+    // b's hint is stale: the statement answers with the row, and b commits on it.
+    let before = b.commit_round_trips();
+    assert_eq!(b.commit("t", &step(11)).unwrap(), 11);
+    assert_eq!(b.commit_round_trips() - before, 2);
+    assert_eq!(b.commit_if("t", 11, &step(12)).unwrap(), 12);
+    // A conflict on a known row is answered by the statement too.
+    assert!(matches!(
+        a.commit_if("t", 10, &step(13)),
+        Err(Error::Conflict {
+            expected: 10,
+            actual: 12,
+            ..
+        })
+    ));
+    // A new task needs the function: its absence now shows.
+    let new_task = a.commit("new", &step(1));
+    assert!(new_task.is_err(), "{new_task:?}");
+    psql(&format!(
+        "ALTER FUNCTION {schema}.agentwal_commit_away({args}) RENAME TO agentwal_commit"
+    ));
+    assert_eq!(a.commit("new", &step(1)).unwrap(), 1);
+    // What the statement wrote reads as what the function writes.
+    let reference: PgStore = common::pg::store("fast_path_reference", options("x", 1024));
+    for n in 1..=12 {
+        assert_eq!(reference.commit("t", &step(n)).unwrap(), n);
+    }
+    for seq in 1..=12 {
+        let x = a.load("t", seq).unwrap().unwrap();
+        let y = reference.load("t", seq).unwrap().unwrap();
+        assert_eq!(x.state, y.state, "seq {seq}");
+    }
+    let problems = a
+        .verify_with(agentwal::BodyCheck::Require)
+        .unwrap()
+        .problems;
+    assert!(problems.is_empty(), "{problems:?}");
 }
 
 /// Commits `n` deltas to `task`, alternating between `handles`; each returns the next seq.

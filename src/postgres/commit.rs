@@ -12,6 +12,7 @@ use parking_lot::Mutex;
 use tokio_postgres::types::Type;
 
 use super::PgStore;
+use super::commit_fast;
 use super::commit_fn::{self, Answer, CALL_SQL, CALL_TYPES, Call};
 use super::conn::{Attempt, Conn, Fail, Shared, attempt};
 use super::hint::Hint;
@@ -25,7 +26,10 @@ use crate::store::policy::snapshot_due;
 use crate::store::{TASK_ID_BYTES_MAX, now_ms, validate_id};
 
 /// The statements of a commit, prepared once per connection (`statements.rs`).
-const COMMIT_STATEMENTS: &[(&str, &[Type])] = &[(CALL_SQL, CALL_TYPES)];
+const COMMIT_STATEMENTS: &[(&str, &[Type])] = &[
+    (commit_fast::FAST_SQL, commit_fast::FAST_TYPES),
+    (CALL_SQL, CALL_TYPES),
+];
 
 /// A snapshot encoded outside any transaction: the state after the delta, on top of `base`.
 struct Prepared {
@@ -204,6 +208,12 @@ async fn call<S: State>(
         after: (after, &versions),
         prune: a.prune(cp.seq),
     };
+    if let Some(decided) = commit_fast::eligible(&call) {
+        shared.commit_round_trips.fetch_add(1, Ordering::Relaxed);
+        if let Some(answer) = commit_fast::call(c, &call, decided).await? {
+            return Ok(answer);
+        }
+    }
     shared.commit_round_trips.fetch_add(1, Ordering::Relaxed);
     commit_fn::call(c, &call).await
 }

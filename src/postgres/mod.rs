@@ -18,6 +18,7 @@ mod api;
 #[cfg(feature = "tokio")]
 mod async_api;
 mod commit;
+mod commit_fast;
 mod commit_fn;
 mod conn;
 mod hint;
