@@ -1,9 +1,11 @@
-//! Commits on PostgreSQL (docs/postgres.md §2): one call of the commit function
-//! (`commit_fn.rs`), one statement in autocommit, so one round trip and one implicit
-//! transaction. The rules stay here: the client decides delta or snapshot against its hint
-//! of the task's row (`hint.rs`) and sends the row it decided for; the function writes
-//! only if the row is still that one, and otherwise returns it, and the client decides
-//! again. A second round trip comes only when the hint was missing or stale.
+//! Commits on PostgreSQL (docs/postgres.md §2): one statement in autocommit, so one round
+//! trip and one implicit transaction: the usual case's own statement (`commit_fast.rs`) or
+//! a call of the commit function (`commit_fn.rs`), which settles whatever the statement
+//! leaves to it. The rules stay here: the client decides delta or snapshot against its hint
+//! of the task's row (`hint.rs`) and sends the row it decided for; a call writes only if
+//! the row is still that one, and otherwise returns it, and the client decides again. A
+//! second round trip comes only when the hint was missing or stale, or the statement
+//! leaves the call to the function (a refused fence, a row changed under it).
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -107,7 +109,7 @@ impl<S: State> Attempted<'_, S> {
     }
 }
 
-/// One attempt at a commit (one write id): calls the function until it commits or refuses.
+/// One attempt at a commit (one write id): calls (`call`) until one commits or refuses.
 /// A stale answer wrote nothing, so the next call may use the same write id.
 async fn commit_attempt<S: State>(
     shared: &Shared,
@@ -173,8 +175,9 @@ async fn commit_attempt<S: State>(
     }
 }
 
-/// One call of the commit function on `hint`. `write`: `None` only reads the row; `Some`
-/// writes the delta, or the snapshot given.
+/// One call on `hint`: the usual case's statement when it may take the call, then the
+/// commit function if the statement left it the call. `write`: `None` only reads the row;
+/// `Some` writes the delta, or the snapshot given.
 async fn call<S: State>(
     shared: &Shared,
     c: &Conn,

@@ -2,7 +2,7 @@
 //! commit function (`commit_fn.rs`): when the call carries the task's row as it decided on
 //! it, the statement's conditional `UPDATE` of that row, the `writes` row and the
 //! checkpoint are one executor run, where the function's PL/pgSQL runs each as a statement
-//! of its own (measured in bench-results/design-measurements.md: about a sixth fewer
+//! of its own (measured in bench-results/design-measurements.md: about a tenth fewer
 //! server instructions per commit). It writes exactly what the function's usual case
 //! writes, under the same checks. Whatever it cannot settle (a new or absent task, a fence
 //! that refuses, a row changed between its snapshot and its `UPDATE`) goes to the function,
