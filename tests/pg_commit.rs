@@ -121,18 +121,22 @@ fn the_usual_case_is_the_one_statement_the_function_settles_the_rest() {
     assert_eq!(a.commit("new", &step(1)).unwrap(), 1);
     // What the statement wrote reads as what the function writes.
     let reference: PgStore = common::pg::store("fast_path_reference", options("x", 1024));
-    for n in 1..=12 {
-        assert_eq!(reference.commit("t", &step(n)).unwrap(), n);
+    alternate(&[&reference], "t", 12);
+    assert_same_history((&a, "t"), (&reference, "t"), 12);
+}
+
+/// Seqs 1 to `n` of task `x.1` on `x.0` hold the states of those of `y.1` on `y.0`, and
+/// `x.0` verifies clean.
+fn assert_same_history(x: (&PgStore, &str), y: (&PgStore, &str), n: u64) {
+    for seq in 1..=n {
+        let xs = x.0.load(x.1, seq).unwrap().unwrap();
+        let ys = y.0.load(y.1, seq).unwrap().unwrap();
+        assert_eq!(xs.state, ys.state, "seq {seq}");
     }
-    for seq in 1..=12 {
-        let x = a.load("t", seq).unwrap().unwrap();
-        let y = reference.load("t", seq).unwrap().unwrap();
-        assert_eq!(x.state, y.state, "seq {seq}");
-    }
-    let problems = a
-        .verify_with(agentwal::BodyCheck::Require)
-        .unwrap()
-        .problems;
+    let problems =
+        x.0.verify_with(agentwal::BodyCheck::Require)
+            .unwrap()
+            .problems;
     assert!(problems.is_empty(), "{problems:?}");
 }
 
@@ -164,17 +168,7 @@ fn handles_taking_turns_on_a_task_give_the_history_of_a_single_writer() {
     };
     assert_eq!(shape(&shared), shape(&alone));
     assert!(shared.iter().filter(|i| i.snapshot).count() >= 10);
-    for seq in 1..=40 {
-        let x = b.load("shared", seq).unwrap().unwrap();
-        let y = b.load("alone", seq).unwrap().unwrap();
-        assert_eq!(x.state, y.state, "seq {seq}");
-    }
-    assert!(
-        a.verify_with(agentwal::BodyCheck::Require)
-            .unwrap()
-            .problems
-            .is_empty()
-    );
+    assert_same_history((&b, "shared"), (&b, "alone"), 40);
 
     // Two handles taking turns: each commit finds its hint stale (one call), then commits
     // (a second); no snapshot is due with the default policy.

@@ -10,11 +10,10 @@
 
 use tokio_postgres::types::Type;
 
-use super::commit_fn::{Answer, Call};
+use super::commit_fn::{Answer, Call, answered_row, int};
 use super::conn::{Attempt, RowExt};
 use super::hint::Hint;
 use super::statements::{self, Session};
-use crate::store::policy::SnapshotCounters;
 
 /// The statement. Arguments: task, writer's epoch (NULL: no lease); the row decided on
 /// (latest seq, snapshot bytes, deltas and delta bytes since the snapshot, schema
@@ -78,10 +77,6 @@ pub(super) fn eligible<'a>(a: &Call<'a>) -> Option<&'a Hint> {
     (hint.latest_seq > 0 && expected_ok && a.prune.is_none()).then_some(hint)
 }
 
-fn int(v: u64) -> i64 {
-    v.min(i64::MAX as u64) as i64
-}
-
 /// Runs the statement for a call [`eligible`] admitted (`hint`): its answer, or `None`
 /// when the commit function must settle the call (nothing was written).
 pub(super) async fn call(c: &impl Session, a: &Call<'_>, hint: &Hint) -> Attempt<Option<Answer>> {
@@ -123,21 +118,7 @@ pub(super) async fn call(c: &impl Session, a: &Call<'_>, hint: &Hint) -> Attempt
     if row.col::<Option<bool>>(2)? != Some(true) {
         return Ok(None);
     }
-    let Some(latest_seq) = row.col::<Option<i64>>(3)? else {
-        return Ok(None);
-    };
-    let u = |i: usize| row.col::<i64>(i).map(|v| v as u64);
-    let seen = Hint {
-        latest_seq: latest_seq as u64,
-        latest_created_at_ms: u(4)?,
-        counters: SnapshotCounters {
-            snapshot_bytes: u(5)?,
-            deltas_since_snapshot: row.col::<i32>(6)? as u32,
-            delta_bytes_since_snapshot: u(7)?,
-        },
-        versions: row.col(8)?,
-    };
-    Ok(judge(a.expected, hint, seen))
+    Ok(judge(a.expected, hint, answered_row(&row)?))
 }
 
 /// What the function's checked path would answer on `seen`, a row other than the one
@@ -158,6 +139,7 @@ fn judge(expected: Option<u64>, decided: &Hint, seen: Hint) -> Option<Answer> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::policy::SnapshotCounters;
 
     fn row(seq: u64, deltas: u32) -> Hint {
         Hint {

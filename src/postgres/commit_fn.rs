@@ -5,6 +5,7 @@
 //! and the new counters from its hint of the task's row, and the function writes only if
 //! the row is the one the decision was made for.
 
+use tokio_postgres::Row;
 use tokio_postgres::types::Type;
 
 use super::conn::{Attempt, Fail, RowExt};
@@ -197,41 +198,58 @@ pub(super) enum Answer {
     Fenced(Option<(u64, bool)>),
 }
 
-fn int(v: Option<u64>) -> Option<i64> {
-    v.map(|v| v.min(i64::MAX as u64) as i64)
+/// `v` as a PostgreSQL `bigint` (clamped: the counters never get near the bound).
+pub(super) fn int(v: u64) -> i64 {
+    v.min(i64::MAX as u64) as i64
+}
+
+/// The task's row as an answer carries it, in its columns 3 to 8 (the commit function's
+/// answer and the usual case's statement's alike).
+pub(super) fn answered_row(row: &Row) -> Attempt<Hint> {
+    let u = |i: usize| row.col::<i64>(i).map(|v| v as u64);
+    Ok(Hint {
+        latest_seq: u(3)?,
+        latest_created_at_ms: u(4)?,
+        counters: SnapshotCounters {
+            snapshot_bytes: u(5)?,
+            deltas_since_snapshot: row.col::<i32>(6)? as u32,
+            delta_bytes_since_snapshot: u(7)?,
+        },
+        versions: row.col(8)?,
+    })
 }
 
 /// Calls the commit function: one statement, one round trip.
 pub(super) async fn call(c: &impl Session, a: &Call<'_>) -> Attempt<Answer> {
     let d = a.decided_on;
-    let latest = int(d.map(|h| h.latest_seq));
-    let snapshot_bytes = int(d.map(|h| h.counters.snapshot_bytes));
+    let latest = d.map(|h| int(h.latest_seq));
+    let snapshot_bytes = d.map(|h| int(h.counters.snapshot_bytes));
     let deltas = d.map(|h| h.counters.deltas_since_snapshot as i32);
-    let delta_bytes = int(d.map(|h| h.counters.delta_bytes_since_snapshot));
+    let delta_bytes = d.map(|h| int(h.counters.delta_bytes_since_snapshot));
     let versions = d.map(|h| h.versions.as_slice());
     let (after, after_versions) = a.after;
-    let by_count = int(a.prune.map(|(n, _)| n));
-    let cutoff = int(a.prune.and_then(|(_, c)| c));
+    let by_count = a.prune.map(|(n, _)| int(n));
+    let cutoff = a.prune.and_then(|(_, c)| c).map(int);
     let row = statements::query_opt(
         c,
         CALL_SQL,
         &[
             (&a.task.as_bytes(), Type::BYTEA),
-            (&int(a.epoch), Type::INT8),
-            (&int(a.expected), Type::INT8),
+            (&a.epoch.map(int), Type::INT8),
+            (&a.expected.map(int), Type::INT8),
             (&latest, Type::INT8),
             (&snapshot_bytes, Type::INT8),
             (&deltas, Type::INT4),
             (&delta_bytes, Type::INT8),
             (&versions, Type::INT4_ARRAY),
             (&a.write_id, Type::TEXT),
-            (&int(Some(a.now_ms)), Type::INT8),
+            (&int(a.now_ms), Type::INT8),
             (&(a.schema_version as i32), Type::INT4),
             (&a.snapshot, Type::BOOL),
             (&a.body, Type::BYTEA),
-            (&int(Some(after.snapshot_bytes)), Type::INT8),
+            (&int(after.snapshot_bytes), Type::INT8),
             (&(after.deltas_since_snapshot as i32), Type::INT4),
-            (&int(Some(after.delta_bytes_since_snapshot)), Type::INT8),
+            (&int(after.delta_bytes_since_snapshot), Type::INT8),
             (&after_versions, Type::INT4_ARRAY),
             (&by_count, Type::INT8),
             (&cutoff, Type::INT8),
@@ -249,17 +267,7 @@ pub(super) async fn call(c: &impl Session, a: &Call<'_>) -> Attempt<Answer> {
     if status == "fenced" {
         return Ok(Answer::Fenced(lease));
     }
-    let u = |i: usize| row.col::<i64>(i).map(|v| v as u64);
-    let hint = Hint {
-        latest_seq: u(3)?,
-        latest_created_at_ms: u(4)?,
-        counters: SnapshotCounters {
-            snapshot_bytes: u(5)?,
-            deltas_since_snapshot: row.col::<i32>(6)? as u32,
-            delta_bytes_since_snapshot: u(7)?,
-        },
-        versions: row.col(8)?,
-    };
+    let hint = answered_row(&row)?;
     match status {
         "ok" => Ok(Answer::Ok(hint)),
         "stale" => Ok(Answer::Stale(hint)),
