@@ -193,6 +193,9 @@ fn remove_superseded_files(
     superseded: &[PathBuf],
     segment_bytes: u64,
 ) -> Result<()> {
+    if superseded.is_empty() {
+        return Ok(()); // the usual open: no directory listing for it
+    }
     let pool = recycle::Pool::new(segment_bytes, 0);
     let mut waiting = recycle::waiting(fs, dir)?;
     for path in superseded {
@@ -202,13 +205,11 @@ fn remove_superseded_files(
             .unwrap_or_default();
         recycle::retire(fs, dir, (id, path), &pool, &mut waiting)?;
     }
-    if !superseded.is_empty() {
-        sync_dir(fs, dir)?;
-        tracing::info!(
-            segments = superseded.len(),
-            "removed segments superseded by compaction"
-        );
-    }
+    sync_dir(fs, dir)?;
+    tracing::info!(
+        segments = superseded.len(),
+        "removed segments superseded by compaction"
+    );
     Ok(())
 }
 
