@@ -167,3 +167,56 @@ fn tables_of_another_program_are_an_error_not_a_panic() {
         Err(Error::Postgres { .. })
     ));
 }
+
+/// Each thread holds at most one connection at a time, so a handle whose pool keeps as
+/// many idle connections as there are threads opens no session after the first of each
+/// thread: a burst of calls does not close connections that the next burst opens again.
+/// (Bursts, in rounds behind a barrier, are what churned a smaller pool: calls that follow
+/// one another steadily keep their connections busy and never overflow it.)
+#[test]
+fn bursts_of_calls_reuse_their_sessions_and_idle_ones_close_after_their_time() {
+    const THREADS: usize = 16;
+    const ROUNDS: usize = 30;
+    let schema = common::pg::fresh_schema("pool");
+    let options = PgOptions {
+        schema: schema.clone(),
+        pool_idle_time_max: Duration::from_secs(1),
+        ..PgOptions::default()
+    };
+    assert!(
+        options.pool_idle_max >= THREADS,
+        "the default pool covers the threads"
+    );
+    let store: PgStore<CounterV1> = PgStore::open(&common::pg::url(), options).unwrap();
+    let (_, opened_at_open) = store.pool_counts();
+    let barrier = std::sync::Barrier::new(THREADS);
+    std::thread::scope(|s| {
+        for t in 0..THREADS {
+            let (store, barrier) = (&store, &barrier);
+            s.spawn(move || {
+                for _ in 0..ROUNDS {
+                    barrier.wait();
+                    store.commit(&format!("t{t}"), &1).unwrap();
+                }
+            });
+        }
+    });
+    let (idle, opened) = store.pool_counts();
+    let opened_by_commits = opened - opened_at_open;
+    assert!(
+        opened_by_commits <= THREADS as u64,
+        "{THREADS} threads opened {opened_by_commits} sessions in {ROUNDS} rounds of commits"
+    );
+    assert!((1..=THREADS).contains(&idle), "{idle} idle connections");
+    // After their idle time, the next call that gives a connection back closes the rest.
+    std::thread::sleep(Duration::from_millis(1500));
+    store.commit("t0", &1).unwrap();
+    assert_eq!(
+        store.pool_counts().0,
+        1,
+        "stale idle connections were closed"
+    );
+    let latest = store.load_latest("t0").unwrap().unwrap();
+    assert_eq!(latest.seq, ROUNDS as u64 + 1);
+    assert_eq!(latest.state.total, ROUNDS as i64 + 1);
+}

@@ -519,6 +519,7 @@ class PgStore:
         schema: str = "agentwal",
         deadline_ms: Optional[int] = None,
         pool_idle_max: Optional[int] = None,
+        pool_idle_time_max_ms: Optional[int] = None,
         snapshot_every: Optional[int] = None,
         keep_checkpoints: Optional[int] = None,
         max_age_ms: Optional[int] = None,
@@ -533,7 +534,10 @@ class PgStore:
           ``_``, at most 63 bytes); several stores can share one database under different
           schemas.
         - ``deadline_ms``: every call returns within this time (default 10,000).
-        - ``pool_idle_max``: idle connections kept for reuse (default 8).
+        - ``pool_idle_max``: idle connections kept for reuse (default 32; keep at least as
+          many as threads in calls at once, or bursts close and reopen sessions).
+        - ``pool_idle_time_max_ms``: an idle connection unused this long is closed (default
+          300,000: 5 minutes).
         - ``snapshot_every`` / ``keep_checkpoints``: as for :meth:`Store.open`.
         - ``max_age_ms``: retention by age, as ``max_age_s`` for :meth:`Store.open` but in
           milliseconds: checkpoints created longer ago than this are no longer served,

@@ -116,9 +116,11 @@ impl PgStore {
     /// the store. See the stub for the options.
     #[staticmethod]
     #[pyo3(signature = (url, *, schema="agentwal".to_owned(), deadline_ms=None,
-        pool_idle_max=None, snapshot_every=None, keep_checkpoints=None, max_age_ms=None),
-        text_signature = "(url, *, schema='agentwal', deadline_ms=10000, pool_idle_max=8, \
-            snapshot_every=None, keep_checkpoints=None, max_age_ms=None)")]
+        pool_idle_max=None, pool_idle_time_max_ms=None, snapshot_every=None,
+        keep_checkpoints=None, max_age_ms=None),
+        text_signature = "(url, *, schema='agentwal', deadline_ms=10000, pool_idle_max=32, \
+            pool_idle_time_max_ms=300000, snapshot_every=None, keep_checkpoints=None, \
+            max_age_ms=None)")]
     #[allow(clippy::too_many_arguments)]
     fn open(
         py: Python<'_>,
@@ -126,6 +128,7 @@ impl PgStore {
         schema: String,
         deadline_ms: Option<u64>,
         pool_idle_max: Option<usize>,
+        pool_idle_time_max_ms: Option<u64>,
         snapshot_every: Option<u32>,
         keep_checkpoints: Option<u32>,
         max_age_ms: Option<u64>,
@@ -134,6 +137,8 @@ impl PgStore {
         let options = PgOptions {
             deadline: deadline_ms.map_or(d.deadline, Duration::from_millis),
             pool_idle_max: pool_idle_max.unwrap_or(d.pool_idle_max),
+            pool_idle_time_max: pool_idle_time_max_ms
+                .map_or(d.pool_idle_time_max, Duration::from_millis),
             schema,
             snapshot_every: snapshot_every.unwrap_or(d.snapshot_every),
             keep_checkpoints,

@@ -5,12 +5,14 @@ use std::collections::HashMap;
 use std::str::FromStr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use parking_lot::Mutex;
 use tokio::time::{Instant, sleep, timeout_at};
+use tokio_postgres::tls::NoTlsStream;
 use tokio_postgres::types::{FromSql, Type};
-use tokio_postgres::{AsyncMessage, Client, Config, NoTls, Row, Statement};
+use tokio_postgres::{AsyncMessage, Client, Config, Connection, NoTls, Row, Socket, Statement};
 
 use super::PgOptions;
 use super::hint::Hints;
@@ -89,11 +91,19 @@ impl RowExt for Row {
     }
 }
 
-/// A pooled connection: the client, and how many times its server said it cancelled a
-/// COMMIT's wait for a synchronous standby (docs/postgres.md §5), counted by the task that
-/// drives the connection before it hands the COMMIT's answer on.
+/// A connection's I/O half: it writes the client's requests to the socket and hands the
+/// server's answers back. Whichever call holds the connection polls it (`driven`).
+type Driver = Connection<Socket, NoTlsStream>;
+
+/// A pooled connection: the client, its I/O half, and how many times its server said it
+/// cancelled a COMMIT's wait for a synchronous standby (docs/postgres.md §5), counted as
+/// the I/O half reads the notice, before the COMMIT's answer that follows it.
 pub(super) struct Conn {
     client: Client,
+    /// `None` once the connection ended (the server closed it, or it failed). In a mutex
+    /// only so that `Conn` is `Sync` (`&Conn` is held across awaits); it is reached
+    /// through `&mut` only, which takes no lock.
+    driver: Mutex<Option<Driver>>,
     sync_rep_cancels: Arc<AtomicU64>,
     /// The statements prepared on this connection, by their text (`statements.rs`).
     statements: Mutex<HashMap<&'static str, Statement>>,
@@ -128,6 +138,73 @@ impl Conn {
     pub fn sync_rep_cancels(&self) -> u64 {
         self.sync_rep_cancels.load(Ordering::Acquire)
     }
+
+    /// Whether the connection can take another call: its I/O half has not ended, after
+    /// reading what the server sent while it was idle (a server that closed it, a
+    /// backend that was terminated, shows here, before a call is sent on it).
+    async fn still_open(&mut self) -> bool {
+        std::future::poll_fn(|cx| {
+            let driver = self.driver.get_mut();
+            drive(driver, &self.sync_rep_cancels, cx);
+            Poll::Ready(driver.is_some() && !self.client.is_closed())
+        })
+        .await
+    }
+}
+
+/// Runs `call` with the connection `conn`, polling the connection's I/O half in the same
+/// task: the thread that awaits the call (the caller's own, for the blocking API) writes
+/// its requests and reads the answers itself, so a round trip wakes no other thread but
+/// the runtime's I/O driver's. (Spawning the I/O half as a task of its own would hand
+/// every request and every answer from one thread to another.)
+pub(super) async fn driven<T, F>(mut conn: Conn, call: impl FnOnce(Conn) -> F) -> (Conn, T)
+where
+    F: Future<Output = (Conn, T)>,
+{
+    let mut driver = conn.driver.get_mut().take();
+    let cancels = conn.sync_rep_cancels.clone();
+    let mut call = std::pin::pin!(call(conn));
+    let (mut conn, out) = std::future::poll_fn(|cx| {
+        drive(&mut driver, &cancels, cx);
+        let out = call.as_mut().poll(cx);
+        if out.is_pending() {
+            // Sends what the call just queued; an answer already read wakes this task.
+            drive(&mut driver, &cancels, cx);
+        }
+        out
+    })
+    .await;
+    *conn.driver.get_mut() = driver;
+    (conn, out)
+}
+
+/// Polls a connection's I/O half until it waits for the socket; drops it once it ended,
+/// which fails the client's calls in flight (they see the connection closed).
+fn drive(driver: &mut Option<Driver>, cancels: &AtomicU64, cx: &mut Context<'_>) {
+    let Some(connection) = driver else {
+        return;
+    };
+    loop {
+        match connection.poll_message(cx) {
+            Poll::Pending => return,
+            Poll::Ready(Some(Ok(AsyncMessage::Notice(n)))) => {
+                if is_sync_rep_cancel(&n) {
+                    cancels.fetch_add(1, Ordering::Release);
+                }
+                tracing::debug!("PostgreSQL notice: {}", n.message());
+            }
+            Poll::Ready(Some(Ok(_))) => {}
+            Poll::Ready(Some(Err(e))) => {
+                tracing::debug!("PostgreSQL connection ended: {e}");
+                *driver = None;
+                return;
+            }
+            Poll::Ready(None) => {
+                *driver = None;
+                return;
+            }
+        }
+    }
 }
 
 impl std::ops::Deref for Conn {
@@ -161,8 +238,8 @@ pub(super) struct Shared {
     /// before it reaches the server, and the sessions are read-only on the server too.
     pub read_only: bool,
     config: Config,
-    /// Idle connections, most recently used last.
-    idle: Mutex<Vec<Conn>>,
+    /// Idle connections and when each was given back, most recently used last.
+    idle: Mutex<Vec<(Conn, Instant)>>,
     /// Writes that returned `Ok` on this handle: every `PRUNE_EVERY`th prunes `writes`.
     pub writes_done: std::sync::atomic::AtomicU64,
     /// The handle's hints of its tasks' rows, for commits (`hint.rs`).
@@ -170,9 +247,11 @@ pub(super) struct Shared {
     /// Round trips the commit path made on this handle: statements prepared, calls of
     /// the commit function, folds of a state to snapshot (`PgStore::commit_round_trips`).
     pub commit_round_trips: AtomicU64,
-    /// The handle's runtime, which drives the connections: the blocking API blocks on it
-    /// from the caller's thread (`block_on`), the async API spawns its calls onto it
-    /// (`spawn`). Through this handle to it, so that `rt` can be taken out in `drop`.
+    /// Sessions this handle opened so far (`PgStore::sessions_opened`).
+    sessions_opened: AtomicU64,
+    /// The handle's runtime, whose I/O driver and timers serve the connections: the
+    /// blocking API blocks on it from the caller's thread (`block_on`), the async API
+    /// spawns its calls onto it (`spawn`). Through this handle to it, so that `rt` can be taken out in `drop`.
     handle: tokio::runtime::Handle,
     /// The runtime itself, owned here; `None` only while `Shared` is dropped.
     rt: Option<tokio::runtime::Runtime>,
@@ -180,7 +259,8 @@ pub(super) struct Shared {
 
 impl Drop for Shared {
     fn drop(&mut self) {
-        // The idle clients close before the runtime that drives them shuts down.
+        // The idle connections (sockets registered with the runtime's I/O driver) close
+        // before the runtime shuts down.
         self.idle.get_mut().clear();
         let Some(rt) = self.rt.take() else {
             return;
@@ -241,6 +321,7 @@ impl Shared {
             writes_done: std::sync::atomic::AtomicU64::new(0),
             hints: Hints::default(),
             commit_round_trips: AtomicU64::new(0),
+            sessions_opened: AtomicU64::new(0),
             handle: rt.handle().clone(),
             rt: Some(rt),
         })
@@ -267,50 +348,54 @@ impl Shared {
     /// A connection: an idle one that is still open, or a new one.
     pub async fn get(&self) -> Attempt<Conn> {
         loop {
-            let Some(client) = self.idle.lock().pop() else {
+            let Some((mut client, _)) = self.idle.lock().pop() else {
                 break;
             };
-            if !client.is_closed() {
+            if client.still_open().await {
                 return Ok(client);
             }
         }
-        let (client, mut connection) = self.config.connect(NoTls).await?;
-        let sync_rep_cancels = Arc::new(AtomicU64::new(0));
-        let counter = sync_rep_cancels.clone();
-        tokio::spawn(async move {
-            // Drives the connection; a notice is seen here before the answer that follows
-            // it reaches the client.
-            loop {
-                match std::future::poll_fn(|cx| connection.poll_message(cx)).await {
-                    Some(Ok(AsyncMessage::Notice(n))) => {
-                        if is_sync_rep_cancel(&n) {
-                            counter.fetch_add(1, Ordering::Release);
-                        }
-                        tracing::debug!("PostgreSQL notice: {}", n.message());
-                    }
-                    Some(Ok(_)) => {}
-                    Some(Err(e)) => {
-                        tracing::debug!("PostgreSQL connection ended: {e}");
-                        break;
-                    }
-                    None => break,
-                }
-            }
-        });
+        let (client, connection) = self.config.connect(NoTls).await?;
+        self.sessions_opened.fetch_add(1, Ordering::Relaxed);
         Ok(Conn {
             client,
-            sync_rep_cancels,
+            driver: Mutex::new(Some(connection)),
+            sync_rep_cancels: Arc::new(AtomicU64::new(0)),
             statements: Mutex::new(HashMap::new()),
         })
     }
 
     /// Gives a connection back after a call that ended cleanly (its transaction committed
     /// or rolled back); one that failed is dropped instead, and with it its session.
-    pub fn put(&self, client: Conn) {
-        let mut idle = self.idle.lock();
-        if !client.is_closed() && idle.len() < self.options.pool_idle_max {
-            idle.push(client);
+    pub fn put(&self, mut client: Conn) {
+        if client.driver.get_mut().is_none() || client.is_closed() {
+            return;
         }
+        let now = Instant::now();
+        let (stale, refused) = {
+            let mut idle = self.idle.lock();
+            // Oldest first: those unused for `pool_idle_time_max` close.
+            let fresh_from = idle
+                .iter()
+                .position(|(_, at)| now.duration_since(*at) < self.options.pool_idle_time_max)
+                .unwrap_or(idle.len());
+            let stale: Vec<_> = idle.drain(..fresh_from).collect();
+            if idle.len() < self.options.pool_idle_max {
+                idle.push((client, now));
+                (stale, None)
+            } else {
+                (stale, Some(client))
+            }
+        };
+        // Closed outside the lock.
+        drop((stale, refused));
+    }
+
+    /// How many idle connections the pool holds, and how many sessions this handle
+    /// opened so far (`PgStore::pool_counts`).
+    pub fn pool_counts(&self) -> (usize, u64) {
+        let idle = self.idle.lock().len();
+        (idle, self.sessions_opened.load(Ordering::Relaxed))
     }
 
     /// `Error::ReadOnly` on a read-only handle: the first check of every call that writes.
@@ -351,7 +436,7 @@ impl Shared {
         let mut last = String::from("no attempt finished");
         loop {
             let attempt = async {
-                let (client, out) = f(self.get().await?).await;
+                let (client, out) = driven(self.get().await?, &f).await;
                 if !matches!(out, Err(Fail::Db(_))) {
                     self.put(client);
                 }

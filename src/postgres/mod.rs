@@ -51,8 +51,12 @@ use crate::store::SNAPSHOT_EVERY_DEFAULT;
 pub const DEADLINE_DEFAULT: Duration = Duration::from_secs(10);
 /// Default for [`PgOptions::write_ids_kept`]: 7 days.
 pub const WRITE_IDS_KEPT_DEFAULT: Duration = Duration::from_secs(7 * 24 * 3600);
-/// Default for [`PgOptions::pool_idle_max`].
-pub const POOL_IDLE_MAX_DEFAULT: usize = 8;
+/// Default for [`PgOptions::pool_idle_max`]: as many as a process with a few dozen threads
+/// in calls at once uses, so that a burst does not close connections the next one opens
+/// again (a new connection costs a server process and its first statements' prepares).
+pub const POOL_IDLE_MAX_DEFAULT: usize = 32;
+/// Default for [`PgOptions::pool_idle_time_max`]: 5 minutes.
+pub const POOL_IDLE_TIME_MAX_DEFAULT: Duration = Duration::from_secs(300);
 /// Default for [`PgOptions::schema`].
 pub const SCHEMA_DEFAULT: &str = "agentwal";
 /// Longest schema (namespace) name PostgreSQL accepts, in bytes.
@@ -65,9 +69,13 @@ pub struct PgOptions {
     /// `Error::Postgres` when nothing landed, or with `Error::Indeterminate` when a write
     /// was sent and its outcome could not be learnt in time.
     pub deadline: Duration,
-    /// Idle connections kept for reuse (default 8). More connections open on demand, one
+    /// Idle connections kept for reuse (default 32). More connections open on demand, one
     /// per concurrent call, and close when the call ends beyond this many.
     pub pool_idle_max: usize,
+    /// An idle connection unused this long is closed (default 5 minutes), so that a
+    /// handle's connections shrink back after a burst of concurrent calls. Checked when a
+    /// call gives its connection back.
+    pub pool_idle_time_max: Duration,
     /// The PostgreSQL schema (namespace) holding the tables (default `agentwal`; letters,
     /// digits and `_`, starting with a letter or `_`, at most 63 bytes). Several stores can
     /// share one database under different schemas.
@@ -101,6 +109,7 @@ impl Default for PgOptions {
         PgOptions {
             deadline: DEADLINE_DEFAULT,
             pool_idle_max: POOL_IDLE_MAX_DEFAULT,
+            pool_idle_time_max: POOL_IDLE_TIME_MAX_DEFAULT,
             schema: SCHEMA_DEFAULT.to_string(),
             snapshot_every: SNAPSHOT_EVERY_DEFAULT,
             keep_checkpoints: None,
@@ -221,6 +230,14 @@ impl<S: State> PgStore<S> {
     /// The options this handle was opened with.
     pub fn options(&self) -> &PgOptions {
         &self.shared.options
+    }
+
+    /// The connections this handle's pool holds idle, and the sessions the handle opened
+    /// so far: a test hook, to check that a burst of calls does not churn sessions and
+    /// that idle ones close after [`PgOptions::pool_idle_time_max`].
+    #[doc(hidden)]
+    pub fn pool_counts(&self) -> (usize, u64) {
+        self.shared.pool_counts()
     }
 
     /// The epoch this handle writes `task` under: its lease's, if it holds one on `task`.

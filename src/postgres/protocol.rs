@@ -10,7 +10,7 @@ use tokio::time::{Instant, sleep, timeout_at};
 use tokio_postgres::types::Type;
 
 use super::conn::{
-    Attempt, Conn, Fail, RETRY_PAUSE, RowExt, Shared, deadline_error, definite, pg_error,
+    Attempt, Conn, Fail, RETRY_PAUSE, RowExt, Shared, deadline_error, definite, driven, pg_error,
 };
 use super::resolve::{Resolution, resolve_on};
 use crate::error::{Error, Result};
@@ -97,25 +97,29 @@ impl Shared {
     /// SHARE`), so a resolve never sees a row vanish under it; `lock_timeout` keeps a
     /// prune from queueing behind a resolve that waits for an open write.
     async fn prune(&self) -> Attempt<u64> {
-        let mut client = self.get().await?;
-        let out = async {
-            let tx = client.transaction().await?;
-            tx.batch_execute("SET LOCAL lock_timeout = '100ms'").await?;
-            let kept_ms = self
-                .options
-                .write_ids_kept
-                .as_millis()
-                .min(i64::MAX as u128) as i64;
-            let before_ms: i64 = tx
-                .query_one(RAISE_WATERMARK_SQL, &[&kept_ms])
-                .await?
-                .col(0)?;
-            let deleted = tx
-                .execute(PRUNE_SQL, &[&before_ms, &PRUNE_ROWS_MAX])
-                .await?;
-            tx.commit().await?;
-            Ok(deleted)
-        }
+        let client = self.get().await?;
+        let (client, out) = driven(client, |mut client| async move {
+            let out = async {
+                let tx = client.transaction().await?;
+                tx.batch_execute("SET LOCAL lock_timeout = '100ms'").await?;
+                let kept_ms = self
+                    .options
+                    .write_ids_kept
+                    .as_millis()
+                    .min(i64::MAX as u128) as i64;
+                let before_ms: i64 = tx
+                    .query_one(RAISE_WATERMARK_SQL, &[&kept_ms])
+                    .await?
+                    .col(0)?;
+                let deleted = tx
+                    .execute(PRUNE_SQL, &[&before_ms, &PRUNE_ROWS_MAX])
+                    .await?;
+                tx.commit().await?;
+                Ok(deleted)
+            }
+            .await;
+            (client, out)
+        })
         .await;
         if out.is_ok() {
             self.put(client);
@@ -170,7 +174,7 @@ impl Shared {
                 let client = self.get().await?;
                 sent.store(true, Ordering::Relaxed);
                 let cancels = client.sync_rep_cancels();
-                let (client, out) = f(client, id.clone()).await;
+                let (client, out) = driven(client, |c| f(c, id.clone())).await;
                 cancelled.store(client.sync_rep_cancels() != cancels, Ordering::Relaxed);
                 if !matches!(out, Err(Fail::Db(_))) {
                     self.put(client);
@@ -236,9 +240,13 @@ impl Shared {
     async fn settle(&self, id: &str, deadline: Instant) -> Option<Resolution> {
         loop {
             let attempt = async {
-                let mut client = self.get().await?;
+                let client = self.get().await?;
                 let cancels = client.sync_rep_cancels();
-                let out = resolve_on(&mut client, id).await;
+                let (client, out) = driven(client, |mut c| async move {
+                    let out = resolve_on(&mut c, id).await;
+                    (c, out)
+                })
+                .await;
                 let again = client.sync_rep_cancels() != cancels;
                 if out.is_ok() {
                     self.put(client);
