@@ -409,3 +409,108 @@ fn assert_old_task_as_written_directly(store: &PgStore, steps: u64, reference: &
             .is_empty()
     );
 }
+
+/// How each checkpoint body of `schema` whose task id `matches` (an SQL condition on
+/// `task`) is compressed (`pglz`, `lz4`, or empty for one stored as it is), by task and seq.
+fn body_compression(schema: &str, matches: &str) -> Vec<String> {
+    psql(&format!(
+        "SELECT string_agg(coalesce(pg_column_compression(body), ''), ',' ORDER BY task, seq) \
+         FROM \"{schema}\".checkpoints WHERE {matches}"
+    ))
+    .split(',')
+    .map(str::to_string)
+    .collect()
+}
+
+/// A delta whose message (8 KB of text) the server compresses when it stores it.
+fn big_step(n: u64) -> AgentDelta {
+    let text = format!("step {n}: ").repeat(800);
+    AgentDelta::default()
+        .message(agentwal::Message::user(text))
+        .set("n", n as i64)
+}
+
+#[test]
+fn large_values_are_compressed_with_lz4_where_the_server_has_it_and_read_either_way() {
+    let lz4_supported = psql(
+        "SELECT coalesce((SELECT 'lz4' = ANY(enumvals) FROM pg_settings \
+         WHERE name = 'default_toast_compression'), false)",
+    ) == "t";
+    let pglz_handle: PgStore = common::pg::store(
+        "toast",
+        PgOptions {
+            toast_lz4: false,
+            ..PgOptions::default()
+        },
+    );
+    assert!(!pglz_handle.values_lz4());
+    let schema = pglz_handle.options().schema.clone();
+    for n in 1..=3 {
+        pglz_handle.commit("t", &big_step(n)).unwrap();
+    }
+    const T: &str = "task = convert_to('t', 'UTF8')";
+    assert_eq!(body_compression(&schema, T), ["pglz"; 3]);
+    // A handle with the default, on the same schema, after the other.
+    let lz4_handle: PgStore = PgStore::open(&common::pg::url(), options(&schema, 64)).unwrap();
+    assert_eq!(lz4_handle.values_lz4(), lz4_supported);
+    // Sessions it opens later (concurrent calls) are switched too, not only the first.
+    std::thread::scope(|s| {
+        for t in 0..4 {
+            let h = &lz4_handle;
+            s.spawn(move || h.commit(&format!("u{t}"), &big_step(1)).unwrap());
+        }
+    });
+    for n in 4..=6 {
+        lz4_handle.commit("t", &big_step(n)).unwrap();
+    }
+    let expected = if lz4_supported { "lz4" } else { "pglz" };
+    assert_eq!(
+        body_compression(&schema, T),
+        ["pglz", "pglz", "pglz", expected, expected, expected]
+    );
+    assert_eq!(
+        body_compression(&schema, &format!("NOT {T}")),
+        [expected; 4]
+    );
+    // Both handles read both kinds of body, into the same state.
+    for h in [&pglz_handle, &lz4_handle] {
+        let latest = h.load_latest("t").unwrap().unwrap();
+        assert_eq!(latest.seq, 6);
+        assert_eq!(latest.state.messages.len(), 6);
+        assert_eq!(
+            latest.state.messages[0].content,
+            big_step(1).messages[0].content
+        );
+    }
+}
+
+/// The one-statement load of the latest state refuses rows that contradict the task's row
+/// (deleted behind agentwal's back) with an error naming the task, never a state folded
+/// from what is left, and never a panic.
+#[test]
+fn a_latest_load_from_missing_rows_is_an_error_not_a_state() {
+    let store: PgStore = common::pg::store("missing_rows", options("", 4));
+    let schema = store.options().schema.clone();
+    for n in 1..=10 {
+        store.commit("gap", &step(n)).unwrap();
+        store.commit("gone", &step(n)).unwrap();
+    }
+    let fresh = || PgStore::<agentwal::AgentState>::open(&common::pg::url(), options(&schema, 4));
+    assert_eq!(
+        fresh().unwrap().load_latest("gap").unwrap().unwrap().seq,
+        10
+    );
+    // A delta in the middle of the fold, and every row of the other task.
+    psql(&format!(
+        "DELETE FROM \"{schema}\".checkpoints WHERE task = convert_to('gap', 'UTF8') AND seq = 9; \
+         DELETE FROM \"{schema}\".checkpoints WHERE task = convert_to('gone', 'UTF8')"
+    ));
+    for task in ["gap", "gone"] {
+        match fresh().unwrap().load_latest(task) {
+            Err(Error::Postgres { message, .. }) => {
+                assert!(message.contains("inconsistent"), "{task}: {message}")
+            }
+            other => panic!("{task}: {other:?}"),
+        }
+    }
+}

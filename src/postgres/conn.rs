@@ -16,6 +16,7 @@ use tokio_postgres::{AsyncMessage, Client, Config, Connection, NoTls, Row, Socke
 
 use super::PgOptions;
 use super::hint::Hints;
+use super::toast::Toast;
 use crate::error::{Error, Result};
 
 /// Pause between attempts after a connection failure (a server restarting, a stale pooled
@@ -247,8 +248,10 @@ pub(super) struct Shared {
     /// Round trips the commit path made on this handle: statements prepared, calls of
     /// the commit function, folds of a state to snapshot (`PgStore::commit_round_trips`).
     pub commit_round_trips: AtomicU64,
-    /// Sessions this handle opened so far (`PgStore::sessions_opened`).
+    /// Sessions this handle opened so far (`PgStore::pool_counts`).
     sessions_opened: AtomicU64,
+    /// How the handle's sessions compress the values they write (`toast.rs`).
+    pub toast: Toast,
     /// The handle's runtime, whose I/O driver and timers serve the connections: the
     /// blocking API blocks on it from the caller's thread (`block_on`), the async API
     /// spawns its calls onto it (`spawn`). Through this handle to it, so that `rt` can be taken out in `drop`.
@@ -322,6 +325,7 @@ impl Shared {
             hints: Hints::default(),
             commit_round_trips: AtomicU64::new(0),
             sessions_opened: AtomicU64::new(0),
+            toast: Toast::default(),
             handle: rt.handle().clone(),
             rt: Some(rt),
         })
@@ -357,12 +361,21 @@ impl Shared {
         }
         let (client, connection) = self.config.connect(NoTls).await?;
         self.sessions_opened.fetch_add(1, Ordering::Relaxed);
-        Ok(Conn {
+        let conn = Conn {
             client,
             driver: Mutex::new(Some(connection)),
             sync_rep_cancels: Arc::new(AtomicU64::new(0)),
             statements: Mutex::new(HashMap::new()),
+        };
+        if !self.toast.is_lz4() {
+            return Ok(conn);
+        }
+        let (conn, prepared) = driven(conn, |c| async move {
+            let out = self.toast.prepare(&c).await;
+            (c, out)
         })
+        .await;
+        prepared.map(|()| conn)
     }
 
     /// Gives a connection back after a call that ended cleanly (its transaction committed

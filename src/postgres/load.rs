@@ -126,6 +126,38 @@ pub(super) fn inconsistent(task: &str, why: String) -> Fail {
     })
 }
 
+/// The rows a fold to seq `$2` of task `$1` reads: from the newest snapshot at or before it
+/// (a macro, so that a statement holding it can be a `const`).
+macro_rules! fold_rows {
+    ($seq:literal) => {
+        concat!(
+            "SELECT seq, snapshot, schema_version, body, created_at_ms FROM checkpoints
+             WHERE task = $1 AND seq <= ",
+            $seq,
+            " AND seq >= coalesce((SELECT max(seq) FROM checkpoints
+                 WHERE task = $1 AND seq <= ",
+            $seq,
+            " AND snapshot), 0)"
+        )
+    };
+}
+
+/// A task's row and the rows its latest state folds from, in one statement (one snapshot
+/// of the database, so no transaction): the task row's columns (`TASK_COLUMNS`), then the
+/// fold's (`FOLD_COLUMNS`) on every row; no row if the task does not exist, one row with
+/// the fold's columns null if it has no checkpoint.
+const LATEST_SQL: &str = concat!(
+    "WITH t AS MATERIALIZED (SELECT ",
+    task_columns!(),
+    " FROM tasks t WHERE task = $1)
+     SELECT t.*, c.* FROM t LEFT JOIN LATERAL (",
+    fold_rows!("t.latest_seq"),
+    ") c ON true ORDER BY c.seq"
+);
+
+/// How many columns of a `LATEST_SQL` row are the task row's.
+const TASK_COLUMN_COUNT: usize = 7;
+
 /// The state of `task` at `seq`, folded from the newest snapshot at or before it and the
 /// deltas after it; and the checkpoint's `created_at_ms`.
 pub(super) async fn fold<S: State>(
@@ -135,25 +167,32 @@ pub(super) async fn fold<S: State>(
 ) -> Attempt<(S, u64)> {
     let rows = c
         .query_typed(
-            "SELECT seq, snapshot, schema_version, body, created_at_ms FROM checkpoints
-             WHERE task = $1 AND seq <= $2 AND seq >= coalesce(
-                 (SELECT max(seq) FROM checkpoints WHERE task = $1 AND seq <= $2 AND snapshot), 0)
-             ORDER BY seq",
+            concat!(fold_rows!("$2"), " ORDER BY seq"),
             &[(&task.as_bytes(), Type::BYTEA), (&(seq as i64), Type::INT8)],
         )
         .await?;
+    fold_rows::<S>(task, seq, &rows, 0)
+}
+
+/// Folds the state of `task` at `seq` from `rows` (the fold's columns from column `at`
+/// on, in seq order): their first must be a snapshot, or seq 1, and they must run to `seq`
+/// without a gap.
+fn fold_rows<S: State>(task: &str, seq: u64, rows: &[Row], at: usize) -> Attempt<(S, u64)> {
     let mut state = S::default();
     let mut created_at_ms = 0;
-    let first = (seq + 1).checked_sub(rows.len() as u64).filter(|f| *f >= 1);
+    // No row at all is as inconsistent as too many: the task's row says `seq` exists.
+    let first = (seq + 1)
+        .checked_sub(rows.len() as u64)
+        .filter(|f| *f >= 1 && !rows.is_empty());
     let Some(first) = first else {
         return Err(inconsistent(
             task,
             format!("{} rows up to seq {seq}", rows.len()),
         ));
     };
-    for (expected, row) in (first..).zip(&rows) {
-        let found = row.col::<i64>(0)? as u64;
-        let snapshot: bool = row.col(1)?;
+    for (expected, row) in (first..).zip(rows) {
+        let found = row.col::<i64>(at)? as u64;
+        let snapshot: bool = row.col(at + 1)?;
         if found != expected || (expected == first && !retention::fold_can_start(first, snapshot)) {
             let why = format!("seq {found} where {expected} was expected, folding to {seq}");
             return Err(inconsistent(task, why));
@@ -161,12 +200,12 @@ pub(super) async fn fold<S: State>(
         let meta = BodyMeta {
             task,
             seq: found,
-            schema_version: row.col::<i32>(2)? as u32,
+            schema_version: row.col::<i32>(at + 2)? as u32,
             snapshot,
             at: At::Postgres,
         };
-        created_at_ms = row.col::<i64>(4)? as u64;
-        rules::decode_body::<S>(&meta, row.col(3)?)?.fold_into(&mut state);
+        created_at_ms = row.col::<i64>(at + 4)? as u64;
+        rules::decode_body::<S>(&meta, row.col(at + 3)?)?.fold_into(&mut state);
     }
     Ok((state, created_at_ms))
 }
@@ -194,17 +233,24 @@ impl<S: State> PgStore<S> {
             .run_read_async(
                 "loading a checkpoint",
                 attempt!(|c| {
-                    let tx = read_tx(c).await?;
-                    let Some(row) = task_row(&tx, task).await? else {
+                    let rows = c
+                        .query_typed(LATEST_SQL, &[(&task.as_bytes(), Type::BYTEA)])
+                        .await?;
+                    let Some(first) = rows.first() else {
                         return Ok(None);
                     };
+                    let row = TaskRow::from_row(first)?;
                     // What a commit after this load decides on (a hint: checked by the commit).
                     self.shared.hints.put(task, Hint::from(&row));
                     if row.latest_seq == 0 {
                         return Ok(None);
                     }
-                    let (state, created_at_ms) = fold::<S>(&tx, task, row.latest_seq).await?;
-                    tx.commit().await?;
+                    debug_assert_eq!(first.len(), TASK_COLUMN_COUNT + 5, "LATEST_SQL's columns");
+                    // The join's one row of nulls: no checkpoint row (`fold_rows` says so).
+                    let none = first.col::<Option<i64>>(TASK_COLUMN_COUNT)?.is_none();
+                    let fold = if none { &rows[..0] } else { &rows[..] };
+                    let (state, created_at_ms) =
+                        fold_rows::<S>(task, row.latest_seq, fold, TASK_COLUMN_COUNT)?;
                     Ok(Some(checkpoint(task, row.latest_seq, created_at_ms, state)))
                 }),
             )
