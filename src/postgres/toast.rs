@@ -11,14 +11,13 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use tokio_postgres::Client;
+use tokio_postgres::error::SqlState;
 
-use super::conn::{Attempt, RowExt};
+use super::conn::Attempt;
 
-/// Whether the server accepts lz4 for TOAST (PostgreSQL 14 or later, built with lz4).
-const LZ4_SUPPORTED_SQL: &str = "SELECT coalesce((SELECT 'lz4' = ANY(enumvals) FROM pg_settings \
-     WHERE name = 'default_toast_compression'), false)";
-
-/// Makes this session compress the values it writes with lz4.
+/// Makes this session compress the values it writes with lz4. A server without lz4 refuses
+/// it: "invalid value for parameter" (built without lz4) or "unrecognized configuration
+/// parameter" (before PostgreSQL 14).
 const USE_LZ4_SQL: &str = "SET default_toast_compression = lz4";
 
 /// Whether a handle's sessions compress with lz4: learnt once, when the handle opens.
@@ -28,13 +27,19 @@ pub(super) struct Toast {
 }
 
 impl Toast {
-    /// Learns whether the server has lz4 and, if so, switches `c`'s session to it; every
-    /// session the handle opens from now on is switched too (`prepare`).
+    /// Switches `c`'s session to lz4 if the server has it (one statement, outside any
+    /// transaction: a refusal leaves the session as it was); every session the handle
+    /// opens from now on is switched too (`prepare`).
     pub async fn enable_lz4(&self, c: &Client) -> Attempt<()> {
-        let supported: bool = c.query_one(LZ4_SUPPORTED_SQL, &[]).await?.col(0)?;
-        if supported {
-            c.batch_execute(USE_LZ4_SQL).await?;
-            self.lz4.store(true, Ordering::Release);
+        match c.batch_execute(USE_LZ4_SQL).await {
+            Ok(()) => self.lz4.store(true, Ordering::Release),
+            Err(e)
+                if e.code() == Some(&SqlState::INVALID_PARAMETER_VALUE)
+                    || e.code() == Some(&SqlState::UNDEFINED_OBJECT) =>
+            {
+                tracing::debug!("the server has no lz4 for TOAST, values stay pglz: {e}");
+            }
+            Err(e) => return Err(e.into()),
         }
         Ok(())
     }
