@@ -2,9 +2,12 @@
 //! run outside transactions, one statement at a time, each safe to run again (`IF NOT
 //! EXISTS`, `CREATE OR REPLACE`), under a session advisory lock so that handles opening at
 //! once migrate one after another: a crash midway leaves a version that the next open
-//! finishes.
+//! finishes. The usual open, of a schema at this build's version, is one statement and
+//! takes no lock: a migration raises the version only after its statements committed, so a
+//! schema that reads as current is.
 
 use tokio_postgres::Client;
+use tokio_postgres::error::SqlState;
 
 use super::commit_fn::CREATE_FUNCTION_SQL;
 use super::conn::{Attempt, Fail, RowExt};
@@ -90,8 +93,24 @@ const MIGRATIONS: &[&[&str]] = &[
     &[CREATE_FUNCTION_SQL],
 ];
 
+/// The schema's version as stored, `None` if it has no `schema_version` table (or no
+/// schema); one statement.
+async fn stored_version(c: &Client) -> Attempt<Option<i32>> {
+    match c
+        .query_typed_opt("SELECT version FROM schema_version WHERE id = 1", &[])
+        .await
+    {
+        Ok(row) => row.map(|r| r.col(0)).transpose(),
+        Err(e) if e.code() == Some(&SqlState::UNDEFINED_TABLE) => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
 /// Creates the schema or brings it to [`SCHEMA_VERSION`].
 pub(super) async fn migrate(c: &mut Client, schema: &str) -> Attempt<()> {
+    if stored_version(c).await? == Some(SCHEMA_VERSION) {
+        return Ok(());
+    }
     let key = format!("agentwal:{schema}");
     c.execute("SELECT pg_advisory_lock(hashtext($1))", &[&key])
         .await?;
