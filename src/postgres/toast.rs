@@ -31,23 +31,17 @@ impl Toast {
     /// transaction: a refusal leaves the session as it was); every session the handle
     /// opens from now on is switched too (`prepare`).
     pub async fn enable_lz4(&self, c: &Client) -> Attempt<()> {
-        match c.batch_execute(USE_LZ4_SQL).await {
-            Ok(()) => self.lz4.store(true, Ordering::Release),
-            Err(e)
-                if e.code() == Some(&SqlState::INVALID_PARAMETER_VALUE)
-                    || e.code() == Some(&SqlState::UNDEFINED_OBJECT) =>
-            {
-                tracing::debug!("the server has no lz4 for TOAST, values stay pglz: {e}");
-            }
-            Err(e) => return Err(e.into()),
-        }
+        let on = set_lz4(c).await?;
+        self.lz4.store(on, Ordering::Release);
         Ok(())
     }
 
-    /// Sets up a new session as `enable_lz4` decided.
+    /// Sets up a new session as `enable_lz4` decided. A server that refuses lz4 now (the
+    /// handle reconnected to another one, built without it) turns it off for the handle's
+    /// next sessions instead of failing the call: its values stay pglz.
     pub async fn prepare(&self, c: &Client) -> Attempt<()> {
-        if self.lz4.load(Ordering::Acquire) {
-            c.batch_execute(USE_LZ4_SQL).await?;
+        if self.lz4.load(Ordering::Acquire) && !set_lz4(c).await? {
+            self.lz4.store(false, Ordering::Release);
         }
         Ok(())
     }
@@ -55,5 +49,21 @@ impl Toast {
     /// Whether this handle's sessions compress with lz4.
     pub fn is_lz4(&self) -> bool {
         self.lz4.load(Ordering::Acquire)
+    }
+}
+
+/// Sets the session's `default_toast_compression` to lz4: `false` if the server refuses
+/// the value (built without lz4) or the setting (before PostgreSQL 14).
+async fn set_lz4(c: &Client) -> Attempt<bool> {
+    match c.batch_execute(USE_LZ4_SQL).await {
+        Ok(()) => Ok(true),
+        Err(e)
+            if e.code() == Some(&SqlState::INVALID_PARAMETER_VALUE)
+                || e.code() == Some(&SqlState::UNDEFINED_OBJECT) =>
+        {
+            tracing::debug!("the server has no lz4 for TOAST, values stay pglz: {e}");
+            Ok(false)
+        }
+        Err(e) => Err(e.into()),
     }
 }
