@@ -128,7 +128,7 @@ pub(super) fn inconsistent(task: &str, why: String) -> Fail {
 
 /// The rows a fold to seq `$2` of task `$1` reads: from the newest snapshot at or before it
 /// (a macro, so that a statement holding it can be a `const`).
-macro_rules! fold_rows {
+macro_rules! fold_rows_sql {
     ($seq:literal) => {
         concat!(
             "SELECT seq, snapshot, schema_version, body, created_at_ms FROM checkpoints
@@ -144,14 +144,14 @@ macro_rules! fold_rows {
 
 /// A task's row and the rows its latest state folds from, in one statement (one snapshot
 /// of the database, so no transaction): the task row's columns (`TASK_COLUMNS`), then the
-/// fold's (`FOLD_COLUMNS`) on every row; no row if the task does not exist, one row with
-/// the fold's columns null if it has no checkpoint.
+/// fold's five (`fold_rows_sql!`) on every row; no row if the task does not exist, one row
+/// with the fold's columns null if it has no checkpoint.
 const LATEST_SQL: &str = concat!(
     "WITH t AS MATERIALIZED (SELECT ",
     task_columns!(),
     " FROM tasks t WHERE task = $1)
      SELECT t.*, c.* FROM t LEFT JOIN LATERAL (",
-    fold_rows!("t.latest_seq"),
+    fold_rows_sql!("t.latest_seq"),
     ") c ON true ORDER BY c.seq"
 );
 
@@ -167,7 +167,7 @@ pub(super) async fn fold<S: State>(
 ) -> Attempt<(S, u64)> {
     let rows = c
         .query_typed(
-            concat!(fold_rows!("$2"), " ORDER BY seq"),
+            concat!(fold_rows_sql!("$2"), " ORDER BY seq"),
             &[(&task.as_bytes(), Type::BYTEA), (&(seq as i64), Type::INT8)],
         )
         .await?;
