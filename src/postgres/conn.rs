@@ -254,7 +254,8 @@ pub(super) struct Shared {
     pub toast: Toast,
     /// The handle's runtime, whose I/O driver and timers serve the connections: the
     /// blocking API blocks on it from the caller's thread (`block_on`), the async API
-    /// spawns its calls onto it (`spawn`). Through this handle to it, so that `rt` can be taken out in `drop`.
+    /// spawns its calls onto it (`spawn`). Through this handle to it, so that `rt` can be
+    /// taken out in `drop`.
     handle: tokio::runtime::Handle,
     /// The runtime itself, owned here; `None` only while `Shared` is dropped.
     rt: Option<tokio::runtime::Runtime>,

@@ -185,13 +185,7 @@ pub(super) async fn check_readable(c: &mut Client, schema: &str) -> Attempt<()> 
              creates them; another schema: --schema NAME, PgOptions::schema)"
         )));
     }
-    let found: i32 = match c
-        .query_opt("SELECT version FROM schema_version WHERE id = 1", &[])
-        .await?
-    {
-        Some(row) => row.col(0)?,
-        None => 0,
-    };
+    let found = stored_version(c).await?.unwrap_or(0);
     if found > SCHEMA_VERSION {
         return Err(refuse(format!(
             "schema {schema:?} is at version {found}, newer than this build's {SCHEMA_VERSION}; upgrade agentwal"
