@@ -110,6 +110,9 @@ class StateView:
         """Variable ``key`` as plain data (a new object on every call); ``None`` if absent."""
     def var_keys(self, prefix: str = "") -> List[str]:
         """The keys of the variables starting with ``prefix`` (all by default), sorted."""
+    def last_key(self, prefix: str = "") -> Optional[str]:
+        """The greatest key starting with ``prefix`` (of all keys by default); ``None`` if no
+        key does. One lookup, whatever the number of keys under the prefix."""
     def vars(self, prefix: str = "") -> Dict[str, Value]:
         """The variables whose key starts with ``prefix`` (all by default), as a new dict."""
     def state(self) -> StateDict:

@@ -6,8 +6,10 @@ grows with the thread's history. Reading the latest checkpoint needs only its ow
 the blobs of its channel versions (with the bases of its lists) and its writes: this index
 keeps the state the store returned in the engine (an ``agentwal.StateView``) and converts
 and parses an entry only when it is asked for, so a fresh saver's ``get_tuple`` costs
-O(the latest checkpoint) in Python, not O(history). Prefix queries (the checkpoint ids, one checkpoint's writes) go through the
-keys sorted once, on first use (the store returns them sorted, so that sort is linear).
+O(the latest checkpoint) in Python, not O(history). Prefix queries (the checkpoint ids, one
+checkpoint's writes) go to the engine's sorted keys while the index holds the loaded state
+as it is; once the saver commits on top of it, to the keys sorted once, on first use (the
+store returns them sorted, so that sort is linear), and kept sorted.
 """
 
 from __future__ import annotations
@@ -108,7 +110,16 @@ class TaskIndex:
             self._sorted = sorted(set(keys).union(self._set)) if self._set else keys
         return self._sorted
 
+    def _as_loaded(self) -> bool:
+        """Whether the variables are still the loaded state's, with no commit on top: the
+        engine then answers prefix queries from its own sorted keys."""
+        return self._sorted is None and not self._set and not self._gone and self._view is not None
+
     def _range(self, prefix: str) -> List[str]:
+        if self._as_loaded():
+            # A range costs its own length, not a copy of every key: a fresh read of a
+            # long thread asks for one checkpoint's writes, not the thread's 2,000 keys.
+            return self._view.var_keys(prefix)
         keys = self._keys()
         return keys[bisect_left(keys, prefix) : bisect_left(keys, _after(prefix))]
 
@@ -118,11 +129,13 @@ class TaskIndex:
 
     def latest(self) -> Optional[str]:
         """The largest checkpoint id (the namespace's newest checkpoint), None if none."""
-        keys = self._keys()
-        i = bisect_left(keys, _after(_CP))
-        if i and keys[i - 1].startswith(_CP):
-            return keys[i - 1][len(_CP) :]
-        return None
+        if self._as_loaded():
+            key = self._view.last_key(_CP)  # one lookup in the engine's sorted keys
+        else:
+            keys = self._keys()
+            i = bisect_left(keys, _after(_CP))
+            key = keys[i - 1] if i and keys[i - 1].startswith(_CP) else None
+        return key[len(_CP) :] if key is not None else None
 
     # -- entries, parsed on demand -----------------------------------------------------
 
@@ -170,6 +183,11 @@ class TaskIndex:
                 out[(task_id, idx)] = (wtask, channel, (typ, data), path)
             self._writes[cid] = out
         return out
+
+    def has_write(self, cid: str, task_id: str, idx: int) -> bool:
+        """Whether write ``idx`` of ``task_id`` at checkpoint ``cid`` is stored: one lookup,
+        where :meth:`writes` parses every write of the checkpoint."""
+        return self._has(write_key(cid, task_id, idx))
 
     def items(self, channel: str, version: Any) -> Optional[Tuple[Tuple[str, bytes], ...]]:
         """The serialized items of a list blob in the prefix form (following its bases);

@@ -433,10 +433,11 @@ class AgentwalSaver(AsyncTwins, BaseCheckpointSaver[str]):
         ]
 
         def build(idx: _TaskIndex) -> Optional[Dict[str, Any]]:
-            existing = idx.writes(cid)
+            # Looked up one by one: a checkpoint with many tasks (a fan-out) gets one call
+            # per task, and parsing all its writes at each would cost the square of them.
             sets: Dict[str, Any] = {}
             for widx, channel, (typ, data) in serialized:
-                if widx >= 0 and (task_id, widx) in existing:
+                if widx >= 0 and idx.has_write(cid, task_id, widx):
                     continue
                 sets[write_key(cid, task_id, widx)] = [
                     task_id,

@@ -65,6 +65,22 @@ impl StateView {
         self.with_prefix(prefix).map(|(k, _)| k.clone()).collect()
     }
 
+    /// The greatest key starting with ``prefix`` (of all keys by default); ``None`` if no
+    /// key does. One lookup, whatever the number of keys under the prefix.
+    #[pyo3(signature = (prefix = ""))]
+    fn last_key(&self, prefix: &str) -> Option<String> {
+        let vars = &self.state.vars;
+        let last = match prefix_end(prefix) {
+            Some(end) => vars
+                .range::<str, _>((Edge::Included(prefix), Edge::Excluded(end.as_str())))
+                .next_back(),
+            None => vars
+                .range::<str, _>((Edge::Included(prefix), Edge::Unbounded))
+                .next_back(),
+        };
+        last.map(|(k, _)| k.clone())
+    }
+
     /// The variables whose key starts with ``prefix`` (all by default), as a new dict.
     #[pyo3(signature = (prefix = ""))]
     fn vars<'py>(&self, py: Python<'py>, prefix: &str) -> PyResult<Bound<'py, PyDict>> {
@@ -97,4 +113,23 @@ impl StateView {
             self.state.vars.len()
         )
     }
+}
+
+/// The least string above every string that starts with `prefix`: `prefix` with its last
+/// character that can be raised raised by one, and what follows it dropped; `None` if
+/// there is no such string (empty prefix, or only `char::MAX`s), i.e. no upper bound.
+fn prefix_end(prefix: &str) -> Option<String> {
+    let mut chars: Vec<char> = prefix.chars().collect();
+    while let Some(c) = chars.pop() {
+        // Raising past the surrogate gap: the next scalar value after U+D7FF is U+E000.
+        let next = match c as u32 {
+            0xD7FF => Some('\u{E000}'),
+            n => char::from_u32(n + 1),
+        };
+        if let Some(next) = next {
+            chars.push(next);
+            return Some(chars.into_iter().collect());
+        }
+    }
+    None
 }

@@ -78,13 +78,19 @@ class _CountingView:
     def __init__(self, view: Any, log: List[str]) -> None:
         self._view, self._log = view, log
         self.seq, self.created_at_ms = view.seq, view.created_at_ms
+        self.prefixes: List[str] = []  # of the key queries
 
     def var(self, key: str) -> Any:
         self._log.append(key)
         return self._view.var(key)
 
     def var_keys(self, prefix: str = "") -> List[str]:
+        self.prefixes.append(prefix)
         return self._view.var_keys(prefix)
+
+    def last_key(self, prefix: str = "") -> Any:
+        self.prefixes.append(prefix)
+        return self._view.last_key(prefix)
 
     def __contains__(self, key: str) -> bool:
         return key in self._view
@@ -101,6 +107,7 @@ class _CountingStore:
         self._store = store
         self.calls: List[str] = []
         self.vars_read: List[str] = []
+        self.views: List[_CountingView] = []
 
     def __getattr__(self, name: str) -> Any:
         target = getattr(self._store, name)
@@ -111,7 +118,8 @@ class _CountingStore:
             self.calls.append(name)
             out = target(*args, **kwargs)
             if name == "load_latest_view" and out is not None:
-                return _CountingView(out, self.vars_read)
+                self.views.append(_CountingView(out, self.vars_read))
+                return self.views[-1]
             return out
 
         return call
@@ -147,6 +155,8 @@ def test_a_fresh_saver_reads_only_the_latest_checkpoint(store):
     assert len(blobs) <= len(got.checkpoint["channel_versions"]) + STEPS + 1
     assert len(read) == 1 + len(blobs)
     assert total > 5 * len(read), (total, len(read))
+    # Nor every key: the newest checkpoint id and its writes' keys are looked up by prefix.
+    assert "" not in counting.views[0].prefixes, counting.views[0].prefixes
     # A second read of an unchanged thread: one latest_info, no variable read again.
     before = len(read)
     assert _tuple_data(fresh.get_tuple(config)) == _tuple_data(expected)
@@ -168,6 +178,29 @@ def test_a_fresh_saver_reads_an_older_checkpoint_and_its_writes(store):
     assert len(writes) == len(old.pending_writes)
     assert [k for k in counting.vars_read if k.startswith("cp:")] == [
         "cp:" + old.config["configurable"]["checkpoint_id"]]
+
+
+def test_put_writes_looks_up_only_its_own_writes(store):
+    """A checkpoint many tasks write to (a fan-out) gets one ``put_writes`` per task: each
+    looks up its own write keys, it does not read the writes already stored."""
+    config = {"configurable": {"thread_id": "fan"}}
+    with AgentwalSaver(store) as writer:
+        _run(writer, 3, config)
+        latest = writer.get_tuple(config).config
+        for t in range(20):
+            writer.put_writes(latest, [("a", t), ("b", [t] * 50)], f"task-{t}")
+    fresh = AgentwalSaver(store)
+    counting = _CountingStore(store)
+    fresh.store = counting
+    # Writes 0 and 1 of task-3 are stored: ignored; write 2 is new.
+    fresh.put_writes(latest, [("a", "again"), ("b", "again"), ("c", 1)], "task-3")
+    fresh.put_writes(latest, [("a", 99)], "task-20")
+    assert not [k for k in counting.vars_read if k.startswith("w:")], counting.vars_read
+    writes = {(t, c): v for t, c, v in fresh.get_tuple(latest).pending_writes}
+    assert len(writes) == 20 * 2 + 2
+    assert writes[("task-3", "a")] == 3 and writes[("task-3", "b")] == [3] * 50
+    assert writes[("task-3", "c")] == 1
+    assert writes[("task-20", "a")] == 99
 
 
 def test_writes_prunes_and_lists_on_a_lazily_read_thread(store):

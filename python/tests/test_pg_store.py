@@ -107,6 +107,12 @@ def test_load_latest_view_converts_variables_on_demand(either):
     assert view.vars() == cp.state["vars"]
     assert view.var_keys() == sorted(cp.state["vars"]) == ["a:2", "a:3", "b", "é:"]
     assert view.var_keys("a:") == ["a:2", "a:3"] and view.var_keys("c") == []
+    assert view.last_key("a:") == "a:3" and view.last_key() == "é:"
+    assert view.last_key("a:2") == "a:2" and view.last_key("c") is None
+    assert view.last_key("é") == "é:" and view.last_key("\U0010ffff") is None
+    # The bound above a prefix ending in U+D7FF skips the surrogates (no str holds them).
+    either.commit("u", {"set": {"\ud7ffa": 1, "\ue000": 2}})
+    assert either.load_latest_view("u").last_key("\ud7ff") == "\ud7ffa"
     assert view.vars("a:") == {"a:2": [b"x", "y"], "a:3": None}
     assert view.var("a:2") == [b"x", "y"] and view.var("b") == {"k": 2.5}
     assert view.var("a:1") is None and view.var("a:3") is None
