@@ -14,6 +14,30 @@ prints steps/s and CPU per step, of this process (``os.times``) and of the serve
 ``fresh-get-tuple``: one 200-step thread written by AgentwalSaver, then CALLS (default 40)
 ``get_tuple`` calls, each on a fresh saver object; prints the medians of the whole call, of
 its load of the thread (``_load``) and of building the checkpoint tuple.
+
+``fresh-pair``: the same 200-step thread written by AgentwalSaver and by PostgresSaver, then
+CALLS (default 20) rounds of one fresh saver object's first ``get_tuple`` on each, their
+order alternating; prints both medians, their ratio, the median of the per-round ratios,
+and the medians of the opens (not in the call's time).
+
+``deserialize``: what LangGraph's own deserializing of that thread's 401 messages costs, the
+floor of any saver's ``get_tuple``: ``loads_typed`` of each message serialized alone (how
+AgentwalSaver stores a list) and of the list serialized whole (how PostgresSaver does);
+medians of 30 each, twice, alternating. No server needed.
+
+``fan-out-writes``: ``put_writes`` of one more task at a checkpoint that already holds the
+writes of N tasks (default 300), each 2 writes; prints the calling thread's median CPU per
+call (``time.thread_time``) over 200 calls, for AgentwalSaver and InMemorySaver.
+
+``keys``: on AgentwalSaver's 200-step thread, what copying every key of the loaded state
+into Python (``StateView.var_keys()``) costs against one ``last_key`` lookup.
+
+Commands for the last four::
+
+    target/pybench-pg/bin/python python/bench/pg_probes.py fresh-pair [CALLS]
+    target/pybench-pg/bin/python python/bench/pg_probes.py deserialize
+    target/pybench-pg/bin/python python/bench/pg_probes.py fan-out-writes [N]
+    target/pybench-pg/bin/python python/bench/pg_probes.py keys
 """
 
 from __future__ import annotations
@@ -24,9 +48,14 @@ import statistics
 import sys
 import threading
 import time
-from typing import Any, Dict, List
+import uuid
+from typing import Any, Callable, Dict, List
 
 import pg_bench as b
+
+from langchain_core.messages import HumanMessage
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
 import agentwal.langgraph as lg
 from agentwal.langgraph import AgentwalSaver
@@ -126,6 +155,113 @@ def fresh_get_tuple(calls: int) -> None:
         s.drop()
 
 
+def median_us(f: Callable[[], Any], n: int, clock: Callable[[], float] = time.perf_counter) -> float:
+    """Median of ``n`` timed calls of ``f``, in µs, by ``clock``."""
+    xs = []
+    for _ in range(n):
+        t0 = clock()
+        f()
+        xs.append(clock() - t0)
+    return statistics.median(xs) * 1e6
+
+
+CONFIG_200 = {"configurable": {"thread_id": "thread-200"}}
+
+
+def fresh_pair(calls: int) -> None:
+    """Prints both savers' fresh get_tuple medians and their ratios."""
+    savers = {}
+    try:
+        for name in ("agentwal", "postgres"):
+            s = savers[name] = b.Saver(name)
+            b.run_thread(s.open(setup=True), "thread-200", 200)
+            s.close()
+        got: Dict[str, List[float]] = {"agentwal": [], "postgres": []}
+        opens: Dict[str, List[float]] = {"agentwal": [], "postgres": []}
+        for i in range(calls):
+            for name in ("agentwal", "postgres") if i % 2 == 0 else ("postgres", "agentwal"):
+                s = savers[name]
+                gc.collect()
+                t0 = time.perf_counter()
+                saver = s.open()
+                t1 = time.perf_counter()
+                gc.collect()
+                t2 = time.perf_counter()
+                tup = saver.get_tuple(CONFIG_200)
+                t3 = time.perf_counter()
+                assert len(tup.checkpoint["channel_values"]["messages"]) == 401
+                s.close()
+                opens[name].append(t1 - t0)
+                got[name].append(t3 - t2)
+    finally:
+        for s in savers.values():
+            s.drop()
+    a, p = (statistics.median(got[k]) * 1e3 for k in ("agentwal", "postgres"))
+    paired = statistics.median(x / y for x, y in zip(got["agentwal"], got["postgres"]))
+    oa, op = (statistics.median(opens[k]) * 1e3 for k in ("agentwal", "postgres"))
+    print(f"fresh get_tuple: agentwal {a:.2f} ms, postgres {p:.2f} ms, ratio {a / p:.2f} "
+          f"(median per round {paired:.2f}); opens {oa:.2f} / {op:.2f} ms")
+
+
+def thread_messages() -> List[Any]:
+    """The 401 messages of the 200-step thread, as the graph builds them."""
+    app = b.build_graph(InMemorySaver(), [], 200)
+    config = {"configurable": {"thread_id": "t"}, "recursion_limit": 210}
+    out = app.invoke({"messages": [HumanMessage(content="find it", id="h-0")], "step": 0,
+                      "last_tool": "", "phase": "start"}, config)
+    return out["messages"]
+
+
+def deserialize() -> None:
+    """Prints LangGraph's loads_typed of the messages, one by one and as one list."""
+    serde = JsonPlusSerializer()
+    msgs = thread_messages()
+    items = [serde.dumps_typed(m) for m in msgs]
+    whole = serde.dumps_typed(msgs)
+    assert [serde.loads_typed(i) for i in items] == serde.loads_typed(whole) == msgs
+    for _ in range(2):
+        each = median_us(lambda: [serde.loads_typed(i) for i in items], 30)
+        one = median_us(lambda: serde.loads_typed(whole), 30)
+        print(f"{len(msgs)} messages: one by one {each / 1e3:.2f} ms, as one list {one / 1e3:.2f} ms")
+
+
+def fan_out_writes(n: int) -> None:
+    """Prints put_writes' CPU per call at a checkpoint holding n tasks' writes."""
+    for name in ("agentwal", "memory"):
+        s = b.Saver(name)
+        try:
+            saver = s.open(setup=True)
+            b.run_thread(saver, "fan", 3)
+            config = saver.get_tuple({"configurable": {"thread_id": "fan"}}).config
+            for t in range(n):
+                saver.put_writes(config, [("a", t), ("b", "x" * 100)], f"task-{t}")
+
+            def one() -> None:
+                saver.put_writes(config, [("a", 1), ("b", "y" * 100)], str(uuid.uuid4()))
+
+            cpu = median_us(one, 200, time.thread_time)
+            print(f"{name:8s} put_writes at a checkpoint with {n} tasks' writes: {cpu:.0f} µs CPU")
+            if name != "memory":
+                s.close()
+        finally:
+            s.drop()
+
+
+def keys() -> None:
+    """Prints var_keys() against last_key on the 200-step thread's loaded state."""
+    s = b.Saver("agentwal")
+    try:
+        saver = s.open(setup=True)
+        b.run_thread(saver, "thread-200", 200)
+        view = saver.store.load_latest_view(next(iter(saver._index)))
+        every = median_us(view.var_keys, 200)
+        last = median_us(lambda: view.last_key("cp:"), 200)
+        print(f"{len(view)} keys: var_keys() {every:.0f} µs, last_key('cp:') {last:.1f} µs")
+        s.close()
+    finally:
+        s.drop()
+
+
 def main() -> None:
     what = sys.argv[1] if len(sys.argv) > 1 else ""
     count = int(sys.argv[2]) if len(sys.argv) > 2 else None
@@ -135,8 +271,17 @@ def main() -> None:
                 threads_cpu(name)
     elif what == "fresh-get-tuple":
         fresh_get_tuple(count or 40)
+    elif what == "fresh-pair":
+        fresh_pair(count or 20)
+    elif what == "deserialize":
+        deserialize()
+    elif what == "fan-out-writes":
+        fan_out_writes(count or 300)
+    elif what == "keys":
+        keys()
     else:
-        sys.exit("usage: pg_probes.py threads-cpu [REPS] | fresh-get-tuple [CALLS]")
+        sys.exit("usage: pg_probes.py threads-cpu [REPS] | fresh-get-tuple [CALLS] | "
+                 "fresh-pair [CALLS] | deserialize | fan-out-writes [N] | keys")
 
 
 if __name__ == "__main__":
