@@ -32,12 +32,17 @@ call (``time.thread_time``) over 200 calls, for AgentwalSaver and InMemorySaver.
 ``keys``: on AgentwalSaver's 200-step thread, what copying every key of the loaded state
 into Python (``StateView.var_keys()``) costs against one ``last_key`` lookup.
 
-Commands for the last four::
+``composition``: AgentwalSaver's 200-step thread's variables by kind (checkpoints, blobs,
+writes): how many, their payload bytes (the bytes and strings in them), and how many of
+each, with their bytes, a fresh saver's ``get_tuple`` reads.
+
+Commands for the last five::
 
     target/pybench-pg/bin/python python/bench/pg_probes.py fresh-pair [CALLS]
     target/pybench-pg/bin/python python/bench/pg_probes.py deserialize
     target/pybench-pg/bin/python python/bench/pg_probes.py fan-out-writes [N]
     target/pybench-pg/bin/python python/bench/pg_probes.py keys
+    target/pybench-pg/bin/python python/bench/pg_probes.py composition
 """
 
 from __future__ import annotations
@@ -262,6 +267,49 @@ def keys() -> None:
         s.drop()
 
 
+def payload_bytes(value: Any) -> int:
+    """The bytes and str lengths inside a variable's value (its payload, not its framing)."""
+    if isinstance(value, (bytes, str)):
+        return len(value)
+    if isinstance(value, (list, tuple)):
+        return sum(payload_bytes(v) for v in value)
+    return 0
+
+
+def composition() -> None:
+    """Prints the 200-step thread's variables by kind (checkpoint, blob, write): how many,
+    their payload bytes, and how many of each a fresh get_tuple reads."""
+    s = b.Saver("agentwal")
+    try:
+        saver = s.open(setup=True)
+        b.run_thread(saver, "thread-200", 200)
+        saver.close()
+        fresh = AgentwalSaver(b.URL, schema=s.schema)
+        read: List[str] = []
+        load = fresh._load
+
+        def counting_load(task: str) -> Any:
+            idx = load(task)
+            var = idx._view.var
+            idx._get = lambda key: (read.append(key), idx._set.get(key) or var(key))[1]
+            return idx
+
+        fresh._load = counting_load  # type: ignore[method-assign]
+        fresh.get_tuple(CONFIG_200)
+        view = fresh._index[next(iter(fresh._index))]._view
+        kinds = {"cp:": "checkpoints", "b:": "blobs", "w:": "writes"}
+        for prefix, kind in kinds.items():
+            keys = view.var_keys(prefix)
+            total = sum(payload_bytes(view.var(k)) for k in keys)
+            mine = [k for k in read if k.startswith(prefix)]
+            used = sum(payload_bytes(view.var(k)) for k in mine)
+            print(f"{kind:11s} {len(keys):5d} variables, {total / 1e3:7.1f} kB; "
+                  f"a fresh get_tuple reads {len(mine)} of them, {used / 1e3:.1f} kB")
+        fresh.close()
+    finally:
+        s.drop()
+
+
 def main() -> None:
     what = sys.argv[1] if len(sys.argv) > 1 else ""
     count = int(sys.argv[2]) if len(sys.argv) > 2 else None
@@ -279,9 +327,11 @@ def main() -> None:
         fan_out_writes(count or 300)
     elif what == "keys":
         keys()
+    elif what == "composition":
+        composition()
     else:
         sys.exit("usage: pg_probes.py threads-cpu [REPS] | fresh-get-tuple [CALLS] | "
-                 "fresh-pair [CALLS] | deserialize | fan-out-writes [N] | keys")
+                 "fresh-pair [CALLS] | deserialize | fan-out-writes [N] | keys | composition")
 
 
 if __name__ == "__main__":
