@@ -36,13 +36,24 @@ into Python (``StateView.var_keys()``) costs against one ``last_key`` lookup.
 writes): how many, their payload bytes (the bytes and strings in them), and how many of
 each, with their bytes, a fresh saver's ``get_tuple`` reads.
 
-Commands for the last five::
+``put-cpu``: six 50-step threads on one AgentwalSaver, one after another; the median CPU
+of a ``put`` and of a ``put_writes`` on their thread, split into the store's ``commit_if``
+(the extension converts the delta with the GIL held, then releases it), LangGraph's
+serializer and the rest, the saver's own Python.
+
+``gil``: ``threads-cpu`` for AgentwalSaver, REPS times (default 3) as it is and with 200 µs
+of busy Python added to each ``put``, alternating: whether the 16-thread row is bound by
+time spent holding the GIL.
+
+Commands for the last seven::
 
     target/pybench-pg/bin/python python/bench/pg_probes.py fresh-pair [CALLS]
     target/pybench-pg/bin/python python/bench/pg_probes.py deserialize
     target/pybench-pg/bin/python python/bench/pg_probes.py fan-out-writes [N]
     target/pybench-pg/bin/python python/bench/pg_probes.py keys
     target/pybench-pg/bin/python python/bench/pg_probes.py composition
+    target/pybench-pg/bin/python python/bench/pg_probes.py put-cpu
+    target/pybench-pg/bin/python python/bench/pg_probes.py gil [REPS]
 """
 
 from __future__ import annotations
@@ -310,6 +321,89 @@ def composition() -> None:
         s.drop()
 
 
+class _Timed:
+    """A proxy that adds the calling thread's CPU time inside ``names`` to ``spent[key]``."""
+
+    def __init__(self, target: Any, names: List[str], key: str, spent: threading.local) -> None:
+        self._target, self._names, self._key, self._spent = target, names, key, spent
+
+    def __getattr__(self, name: str) -> Any:
+        f = getattr(self._target, name)
+        if name not in self._names:
+            return f
+
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            t0 = time.thread_time()
+            try:
+                return f(*args, **kwargs)
+            finally:
+                d = self._spent.__dict__
+                d[self._key] = d.get(self._key, 0.0) + time.thread_time() - t0
+
+        return timed
+
+
+def put_cpu() -> None:
+    """Prints the CPU a put and a put_writes take on their thread, split into the store's
+    commit call, LangGraph's serializer and the rest (the saver's own Python)."""
+    s = b.Saver("agentwal")
+    try:
+        saver = s.open(setup=True)
+        spent = threading.local()
+        saver.store = _Timed(saver.store, ["commit_if"], "commit", spent)
+        saver.serde = _Timed(saver.serde, ["dumps_typed", "loads_typed"], "serde", spent)
+        got: Dict[str, List[Dict[str, float]]] = {"put": [], "put_writes": []}
+        for name in got:
+            method = getattr(AgentwalSaver, name)
+
+            def wrapper(self: Any, *args: Any, _m: Any = method, _n: str = name, **kw: Any) -> Any:
+                spent.__dict__.clear()
+                t0 = time.thread_time()
+                try:
+                    return _m(self, *args, **kw)
+                finally:
+                    got[_n].append({"total": time.thread_time() - t0, **spent.__dict__})
+
+            setattr(saver, name, wrapper.__get__(saver))
+        b.run_thread(saver, "warm", 10)
+        for v in got.values():
+            v.clear()
+        for i in range(6):
+            b.run_thread(saver, f"thread-{i}", THREAD_STEPS)
+        for name, rows in got.items():
+            med = {k: statistics.median(r.get(k, 0.0) for r in rows) * 1e6
+                   for k in ("total", "commit", "serde")}
+            rest = statistics.median(r["total"] - r.get("commit", 0) - r.get("serde", 0)
+                                     for r in rows) * 1e6
+            print(f"{name:10s} CPU µs (medians of {len(rows)}): total {med['total']:.0f}, "
+                  f"commit_if {med['commit']:.0f}, serializer {med['serde']:.0f}, "
+                  f"the rest {rest:.0f}")
+        saver.close()
+    finally:
+        s.drop()
+
+
+def gil(reps: int) -> None:
+    """threads_cpu for AgentwalSaver, alternately as it is and with 200 µs of busy Python
+    (GIL held) added to each put: how far the 16-thread row moves with GIL-held time."""
+    put = AgentwalSaver.put
+
+    def slower(self: Any, *args: Any, **kwargs: Any) -> Any:
+        t0 = time.perf_counter()
+        while time.perf_counter() - t0 < 200e-6:
+            pass
+        return put(self, *args, **kwargs)
+
+    try:
+        for _ in range(reps):
+            for label, f in (("as is", put), ("+200 µs", slower)):
+                AgentwalSaver.put = f  # type: ignore[method-assign]
+                print(f"{label:8s} ", end="", flush=True)
+                threads_cpu("agentwal")
+    finally:
+        AgentwalSaver.put = put  # type: ignore[method-assign]
+
+
 def main() -> None:
     what = sys.argv[1] if len(sys.argv) > 1 else ""
     count = int(sys.argv[2]) if len(sys.argv) > 2 else None
@@ -329,9 +423,14 @@ def main() -> None:
         keys()
     elif what == "composition":
         composition()
+    elif what == "put-cpu":
+        put_cpu()
+    elif what == "gil":
+        gil(count or 3)
     else:
         sys.exit("usage: pg_probes.py threads-cpu [REPS] | fresh-get-tuple [CALLS] | "
-                 "fresh-pair [CALLS] | deserialize | fan-out-writes [N] | keys | composition")
+                 "fresh-pair [CALLS] | deserialize | fan-out-writes [N] | keys | composition | "
+                 "put-cpu | gil [REPS]")
 
 
 if __name__ == "__main__":

@@ -113,3 +113,72 @@ def test_dict_items_are_serialized_every_time(tmp_path: Any) -> None:
     fresh = AgentwalSaver(store)
     stored = fresh.get_tuple(config).checkpoint["channel_values"]["messages"]
     assert stored == [{"role": "user", "content": "after"}, {"role": "assistant", "content": "ok"}]
+
+
+class _Obj:
+    """An item with a ``__dict__`` (as a message has), its attributes set from ``kw``."""
+
+    def __init__(self, **kw: Any) -> None:
+        self.__dict__.update(kw)
+
+
+class _Stamp:
+    """A serializer whose every call gives new bytes: a reused item keeps its old ones."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def dumps_typed(self, obj: Any) -> Tuple[str, bytes]:
+        self.calls += 1
+        return ("stamp", str(self.calls).encode())
+
+
+def _reusable(item: Any, i: int, last: Any) -> bool:
+    """The rule, item by item: the same object at the same position, with a __dict__
+    holding the very same values as then."""
+    d = getattr(item, "__dict__", None)
+    if type(d) is not dict or i >= len(last.items) or last.items[i] is not item:
+        return False
+    before = last.attrs[i]
+    return before is not None and len(before) == len(d) and all(
+        a is b for a, b in zip(before, d.values()))
+
+
+def test_dump_list_reuses_exactly_what_the_item_rule_allows() -> None:
+    """Whatever changed between two puts, ``dump_list`` reuses an item's bytes exactly when
+    it is the same object at the same position with the very same attribute values. The
+    changes include an equal value that is not the same object, and an attribute moved
+    from one item to the next with the same values (a check over the flattened values of
+    the whole prefix, without each item's length, would take it for unchanged)."""
+    import random
+
+    from agentwal._lg_dumps import dump_list
+
+    rng = random.Random(3)
+    shared = [None, "", "xy", 1000.5]
+    serde = _Stamp()
+    for _ in range(300):
+        items: List[Any] = [_Obj(a=rng.choice(shared), b=rng.choice(shared))
+                            for _ in range(rng.randrange(6))]
+        _, last = dump_list(serde, items, None)
+        now = list(items)
+        change = rng.randrange(7)
+        if change == 1 and now:
+            setattr(rng.choice(now), "a", object())
+        elif change == 2 and len(now) > 1:  # an attribute moved to the next item
+            i = rng.randrange(len(now) - 1)
+            value = now[i].__dict__.pop("b")
+            now[i + 1].__dict__["c"] = value
+        elif change == 3 and now:
+            now[rng.randrange(len(now))] = _Obj(a=None, b=None)
+        elif change == 4:
+            now.append({"a": 1})
+        elif change == 5 and now:
+            now.pop(rng.randrange(len(now)))
+        elif change == 6 and now:  # an equal value, not the same object: serialized again
+            now[-1].a = rng.random() * 0 + 1000.5
+        now.append(_Obj(a=None))
+        out, _ = dump_list(serde, now, last)
+        for i, item in enumerate(now):
+            reused = i < len(last.dumped) and out[i] is last.dumped[i]
+            assert reused == _reusable(item, i, last), (change, i)

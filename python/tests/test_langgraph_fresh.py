@@ -235,3 +235,24 @@ def test_writes_prunes_and_lists_on_a_lazily_read_thread(store):
     with AgentwalSaver(store) as fifth:
         assert [_tuple_data(t) for t in fifth.list(config)] == [_tuple_data(left[0])]
         assert _tuple_data(fifth.get_tuple(config)) == _tuple_data(left[0])
+
+
+def test_keys_are_the_json_of_their_ids():
+    """The saver's keys are ``json.dumps`` of their ids, byte for byte, whatever the ids
+    (keys written by every earlier version are looked up by the same text)."""
+    import json
+    import random
+
+    from agentwal._lg_index import blob_key, write_key
+
+    rng = random.Random(7)
+    alphabet = ['a', 'Z', '0', ' ', '"', '\\', '/', '\x00', '\x1f', '\x7f', 'é', '\u2028',
+                '\U0001f600', '.', '-', '[', ']', '~']
+    ids: List[Any] = ["", "messages", "00000000000000000000000000000002.0.5", 0, 7, -3,
+                      2**70, True, False, None, 1.5, float("inf")]
+    ids += ["".join(rng.choice(alphabet) for _ in range(rng.randrange(6))) for _ in range(300)]
+    for a in ids:
+        for b in rng.sample(ids, 20):
+            assert blob_key(a, b) == "b:" + json.dumps([a, b])
+            for i in (0, 3, -1, True):
+                assert write_key(a, b, i) == "w:" + json.dumps([a, b, i])
