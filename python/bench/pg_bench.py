@@ -314,6 +314,23 @@ def order(rep: int) -> Tuple[str, ...]:
 
 # -- the measurements -------------------------------------------------------------------
 
+def fresh_get(s: Saver, config: Dict[str, Any], n_msgs: int) -> Tuple[float, float]:
+    """Opens a fresh saver object on ``s`` and calls its first ``get_tuple(config)``, whose
+    checkpoint must hold ``n_msgs`` messages; returns the seconds each took (a collection
+    before each, so that none runs inside them)."""
+    gc.collect()
+    t0 = time.perf_counter()
+    saver = s.open()
+    t1 = time.perf_counter()
+    gc.collect()
+    t2 = time.perf_counter()
+    tup = saver.get_tuple(config)
+    t3 = time.perf_counter()
+    assert len(tup.checkpoint["channel_values"]["messages"]) == n_msgs
+    s.close()
+    return t1 - t0, t3 - t2
+
+
 def bench_thread(rep: int, name: str, res: Dict[str, Dict[str, List[float]]]) -> None:
     """A STEPS-step thread: time per step (mean, last LAST), bytes in the database,
     get_tuple warm and on fresh saver objects."""
@@ -346,18 +363,9 @@ def bench_thread(rep: int, name: str, res: Dict[str, Dict[str, List[float]]]) ->
         r["payload_bytes"].append(s.payload())
         opens, firsts = [], []
         for _ in range(REOPENS):
-            gc.collect()
-            t0 = time.perf_counter()
-            saver = s.open()
-            t1 = time.perf_counter()
-            gc.collect()
-            t2 = time.perf_counter()
-            tup = saver.get_tuple(config)
-            t3 = time.perf_counter()
-            assert len(tup.checkpoint["channel_values"]["messages"]) == n_msgs
-            s.close()
-            opens.append(t1 - t0)
-            firsts.append(t3 - t2)
+            opened, first = fresh_get(s, config, n_msgs)
+            opens.append(opened)
+            firsts.append(first)
         r["open_ms"].append(statistics.median(opens) * 1e3)
         r["get_fresh_ms"].append(statistics.median(firsts) * 1e3)
     finally:

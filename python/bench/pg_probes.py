@@ -196,19 +196,9 @@ def fresh_pair(calls: int) -> None:
         opens: Dict[str, List[float]] = {"agentwal": [], "postgres": []}
         for i in range(calls):
             for name in ("agentwal", "postgres") if i % 2 == 0 else ("postgres", "agentwal"):
-                s = savers[name]
-                gc.collect()
-                t0 = time.perf_counter()
-                saver = s.open()
-                t1 = time.perf_counter()
-                gc.collect()
-                t2 = time.perf_counter()
-                tup = saver.get_tuple(CONFIG_200)
-                t3 = time.perf_counter()
-                assert len(tup.checkpoint["channel_values"]["messages"]) == 401
-                s.close()
-                opens[name].append(t1 - t0)
-                got[name].append(t3 - t2)
+                opened, first = b.fresh_get(savers[name], CONFIG_200, 401)
+                opens[name].append(opened)
+                got[name].append(first)
     finally:
         for s in savers.values():
             s.drop()

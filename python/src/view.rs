@@ -69,16 +69,13 @@ impl StateView {
     /// key does. One lookup, whatever the number of keys under the prefix.
     #[pyo3(signature = (prefix = ""))]
     fn last_key(&self, prefix: &str) -> Option<String> {
-        let vars = &self.state.vars;
-        let last = match prefix_end(prefix) {
-            Some(end) => vars
-                .range::<str, _>((Edge::Included(prefix), Edge::Excluded(end.as_str())))
-                .next_back(),
-            None => vars
-                .range::<str, _>((Edge::Included(prefix), Edge::Unbounded))
-                .next_back(),
-        };
-        last.map(|(k, _)| k.clone())
+        let end = prefix_end(prefix);
+        let upper = end.as_deref().map_or(Edge::Unbounded, Edge::Excluded);
+        self.state
+            .vars
+            .range::<str, _>((Edge::Included(prefix), upper))
+            .next_back()
+            .map(|(k, _)| k.clone())
     }
 
     /// The variables whose key starts with ``prefix`` (all by default), as a new dict.
