@@ -8,25 +8,8 @@
 
 mod common;
 
-use std::process::Command;
-
 use agentwal::postgres::{PgOptions, PgStore};
 use agentwal::{AgentDelta, Error};
-
-/// One value from `psql` on the test server.
-fn psql(sql: &str) -> String {
-    let out = Command::new("runuser")
-        .args(["-u", "postgres", "--", "psql", "-h", &common::pg::host()])
-        .args(["-U", "postgres", "-d", "postgres", "-qAt", "-c", sql])
-        .output()
-        .expect("run psql");
-    assert!(
-        out.status.success(),
-        "psql {sql:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
-}
 
 fn step(n: u64) -> AgentDelta {
     common::pg::probe_step(n)
@@ -89,10 +72,10 @@ fn the_usual_case_is_the_one_statement_the_function_settles_the_rest() {
     assert_eq!(b.commit("t", &step(2)).unwrap(), 2);
     // Without the function, whatever still commits went through the statement alone.
     let function = format!("{schema}.agentwal_commit");
-    let args = psql(&format!(
+    let args = common::pg::psql(&format!(
         "SELECT pg_get_function_identity_arguments('{function}'::regproc)"
     ));
-    psql(&format!(
+    common::pg::psql(&format!(
         "ALTER FUNCTION {function}({args}) RENAME TO agentwal_commit_away"
     ));
     for n in 3..=10 {
@@ -115,7 +98,7 @@ fn the_usual_case_is_the_one_statement_the_function_settles_the_rest() {
     // A new task needs the function: its absence now shows.
     let new_task = a.commit("new", &step(1));
     assert!(new_task.is_err(), "{new_task:?}");
-    psql(&format!(
+    common::pg::psql(&format!(
         "ALTER FUNCTION {schema}.agentwal_commit_away({args}) RENAME TO agentwal_commit"
     ));
     assert_eq!(a.commit("new", &step(1)).unwrap(), 1);
@@ -273,14 +256,14 @@ fn v2_schema(name: &str) -> String {
         sql.push_str(s);
         sql.push(';');
     }
-    psql(&sql);
+    common::pg::psql(&sql);
     // The task's rows, written through this build into a scratch schema and copied over.
     let scratch: PgStore = common::pg::store(&format!("{name}_src"), PgOptions::default());
     for n in 1..=3 {
         scratch.commit("old", &step(n)).unwrap();
     }
     let src = scratch.options().schema.clone();
-    psql(&format!(
+    common::pg::psql(&format!(
         "INSERT INTO {schema}.tasks SELECT * FROM {src}.tasks;
          INSERT INTO {schema}.checkpoints SELECT * FROM {src}.checkpoints;
          INSERT INTO {schema}.writes SELECT * FROM {src}.writes;"
@@ -299,7 +282,7 @@ fn a_schema_of_version_2_is_upgraded_in_place_and_commits() {
     ));
     let store: PgStore = PgStore::open(&url, options(&schema, 1024)).unwrap();
     assert_eq!(
-        psql(&format!("SELECT version FROM {schema}.schema_version")),
+        common::pg::psql(&format!("SELECT version FROM {schema}.schema_version")),
         "4"
     );
     assert_eq!(store.commit("old", &step(4)).unwrap(), 4);
@@ -332,11 +315,11 @@ fn handles_opening_a_version_2_schema_at_once_all_upgrade_and_commit() {
     seqs.sort();
     assert_eq!(seqs, (4..12).collect::<Vec<u64>>());
     assert_eq!(
-        psql(&format!("SELECT version FROM {schema}.schema_version")),
+        common::pg::psql(&format!("SELECT version FROM {schema}.schema_version")),
         "4"
     );
     assert_eq!(
-        psql(&format!(
+        common::pg::psql(&format!(
             "SELECT count(*) FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
              WHERE n.nspname = '{schema}' AND p.proname = 'agentwal_commit'"
         )),
@@ -349,7 +332,7 @@ fn handles_opening_a_version_2_schema_at_once_all_upgrade_and_commit() {
 fn v3_schema(name: &str) -> String {
     let schema = v2_schema(name);
     let function = include_str!("fixtures/pg-commit-fn-v3.sql");
-    psql(&format!(
+    common::pg::psql(&format!(
         "SET search_path = {schema}; {function};
          UPDATE schema_version SET version = 3 WHERE id = 1;"
     ));
@@ -358,7 +341,7 @@ fn v3_schema(name: &str) -> String {
 
 /// How many `agentwal_commit` functions of `schema` hold version 4's conditional UPDATE.
 fn functions_with_fast_path(schema: &str) -> String {
-    psql(&format!(
+    common::pg::psql(&format!(
         "SELECT count(*) FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
          WHERE n.nspname = '{schema}' AND p.proname = 'agentwal_commit'
            AND p.prosrc LIKE '%v_done := FOUND%'"
@@ -372,7 +355,7 @@ fn a_schema_of_version_3_gets_the_new_commit_function_and_commits_on() {
     assert_eq!(functions_with_fast_path(&schema), "0");
     let first: PgStore = PgStore::open(&url, options(&schema, 1024)).unwrap();
     assert_eq!(
-        psql(&format!("SELECT version FROM {schema}.schema_version")),
+        common::pg::psql(&format!("SELECT version FROM {schema}.schema_version")),
         "4"
     );
     assert_eq!(functions_with_fast_path(&schema), "1");
@@ -413,7 +396,7 @@ fn assert_old_task_as_written_directly(store: &PgStore, steps: u64, reference: &
 /// How each checkpoint body of `schema` whose task id `matches` (an SQL condition on
 /// `task`) is compressed (`pglz`, `lz4`, or empty for one stored as it is), by task and seq.
 fn body_compression(schema: &str, matches: &str) -> Vec<String> {
-    psql(&format!(
+    common::pg::psql(&format!(
         "SELECT string_agg(coalesce(pg_column_compression(body), ''), ',' ORDER BY task, seq) \
          FROM \"{schema}\".checkpoints WHERE {matches}"
     ))
@@ -432,7 +415,7 @@ fn big_step(n: u64) -> AgentDelta {
 
 #[test]
 fn large_values_are_compressed_with_lz4_where_the_server_has_it_and_read_either_way() {
-    let lz4_supported = psql(
+    let lz4_supported = common::pg::psql(
         "SELECT coalesce((SELECT 'lz4' = ANY(enumvals) FROM pg_settings \
          WHERE name = 'default_toast_compression'), false)",
     ) == "t";
@@ -501,7 +484,7 @@ fn a_latest_load_from_missing_rows_is_an_error_not_a_state() {
         10
     );
     // A delta in the middle of the fold, and every row of the other task.
-    psql(&format!(
+    common::pg::psql(&format!(
         "DELETE FROM \"{schema}\".checkpoints WHERE task = convert_to('gap', 'UTF8') AND seq = 9; \
          DELETE FROM \"{schema}\".checkpoints WHERE task = convert_to('gone', 'UTF8')"
     ));

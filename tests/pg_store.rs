@@ -220,3 +220,47 @@ fn bursts_of_calls_reuse_their_sessions_and_idle_ones_close_after_their_time() {
     assert_eq!(latest.seq, ROUNDS as u64 + 1);
     assert_eq!(latest.state.total, ROUNDS as i64 + 1);
 }
+
+/// The reads a connection repeats (a task's latest checkpoint, its latest state) run by
+/// their text the first time, prepared in the same flight the second, prepared after: each
+/// run answers what the text would, other handles' commits included, and a schema dropped
+/// and created again under the open handle gives an error or the new rows, never the old.
+#[test]
+fn hot_reads_prepared_on_a_connection_answer_what_their_text_does() {
+    let schema = common::pg::fresh_schema("hot_reads");
+    let a: PgStore = open(&schema);
+    let b: PgStore = open(&schema);
+    for n in 1..=3 {
+        a.commit("t", &common::pg::probe_step(n)).unwrap();
+    }
+    // One caller at a time: every read of `a` runs on its one pooled connection.
+    for run in 0..5u64 {
+        let seq = 3 + run;
+        let info = a.latest_info("t").unwrap().expect("t has checkpoints");
+        assert_eq!(info.seq, seq, "run {run}");
+        let latest = a.load_latest("t").unwrap().expect("t has checkpoints");
+        assert_eq!(latest.seq, seq, "run {run}");
+        let by_fold = a.load("t", seq).unwrap().expect("seq is retained");
+        assert_eq!(latest.state, by_fold.state, "run {run}");
+        assert_eq!(a.latest_info("absent").unwrap(), None, "run {run}");
+        assert!(a.load_latest("absent").unwrap().is_none(), "run {run}");
+        b.commit("t", &common::pg::probe_step(seq + 1)).unwrap();
+    }
+    assert_eq!(a.pool_counts().1, 1, "the reads above shared one session");
+
+    common::pg::psql(&format!("DROP SCHEMA {schema} CASCADE"));
+    let c: PgStore = open(&schema);
+    c.commit("t", &common::pg::probe_step(100)).unwrap();
+    // The first read on `a`'s connection may fail (its statements named the old tables);
+    // then the connection is gone, and the next read finds the new rows.
+    for read in 0..2 {
+        match a.latest_info("t") {
+            Ok(info) => assert_eq!(info.map(|i| i.seq), Some(1), "read {read}"),
+            Err(e) => assert!(read == 0, "read {read}: {e}"),
+        }
+        match a.load_latest("t") {
+            Ok(cp) => assert_eq!(cp.map(|c| c.seq), Some(1), "read {read}"),
+            Err(e) => assert!(read == 0, "read {read}: {e}"),
+        }
+    }
+}

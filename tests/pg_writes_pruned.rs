@@ -6,29 +6,13 @@
 
 mod common;
 
-use std::process::Command;
 use std::time::Duration;
 
 use agentwal::postgres::{PgOptions, PgStore, Resolution};
 use agentwal::{AgentDelta, Error};
 
-/// One value from `psql` on the test server.
-fn psql(sql: &str) -> String {
-    let out = Command::new("runuser")
-        .args(["-u", "postgres", "--", "psql", "-h", &common::pg::host()])
-        .args(["-U", "postgres", "-d", "postgres", "-qAt", "-c", sql])
-        .output()
-        .expect("run psql");
-    assert!(
-        out.status.success(),
-        "psql {sql:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
-}
-
 fn write_id_of(schema: &str, task: &str, seq: u64) -> String {
-    psql(&format!(
+    common::pg::psql(&format!(
         "SELECT write_id FROM {schema}.checkpoints WHERE task = convert_to('{task}', 'UTF8') AND seq = {seq}"
     ))
 }
@@ -53,7 +37,7 @@ fn pruned_write_ids_are_an_error_to_resolve_and_fresh_ones_resolve() {
     let store: PgStore = common::pg::store("writes_pruned", options);
     let schema = store.options().schema.clone();
     assert_eq!(
-        psql(&format!("SELECT before_ms FROM {schema}.writes_pruned")),
+        common::pg::psql(&format!("SELECT before_ms FROM {schema}.writes_pruned")),
         "0"
     );
 
@@ -66,7 +50,7 @@ fn pruned_write_ids_are_an_error_to_resolve_and_fresh_ones_resolve() {
     );
     // An id of the format before schema version 2 (32 hex digits), whose row exists.
     let old = "0123456789abcdef0123456789abcdef";
-    psql(&format!(
+    common::pg::psql(&format!(
         "INSERT INTO {schema}.writes (write_id, task, seq, landed) VALUES ('{old}', 'x', 1, true)"
     ));
 
@@ -75,18 +59,19 @@ fn pruned_write_ids_are_an_error_to_resolve_and_fresh_ones_resolve() {
     for n in 2..=140u64 {
         assert_eq!(store.commit("t", &step(n)).unwrap(), n);
     }
-    let before_ms: u128 = psql(&format!("SELECT before_ms FROM {schema}.writes_pruned"))
-        .parse()
-        .unwrap();
+    let before_ms: u128 =
+        common::pg::psql(&format!("SELECT before_ms FROM {schema}.writes_pruned"))
+            .parse()
+            .unwrap();
     assert!(before_ms > 0, "the watermark was raised");
     assert_eq!(
-        psql(&format!(
+        common::pg::psql(&format!(
             "SELECT count(*) FROM {schema}.writes WHERE write_id IN ('{first}', '{old}')"
         )),
         "0",
         "the first write's row and the old-format row were pruned"
     );
-    let rows: u64 = psql(&format!("SELECT count(*) FROM {schema}.writes"))
+    let rows: u64 = common::pg::psql(&format!("SELECT count(*) FROM {schema}.writes"))
         .parse()
         .unwrap();
     assert!(rows < 140, "{rows} rows of writes left of 141");
@@ -114,7 +99,7 @@ fn pruned_write_ids_are_an_error_to_resolve_and_fresh_ones_resolve() {
     assert_eq!(store.resolve(&never).unwrap(), Resolution::NotLanded);
     // An old-format id whose row exists still resolves from it.
     let old2 = "fedcba9876543210fedcba9876543210";
-    psql(&format!(
+    common::pg::psql(&format!(
         "INSERT INTO {schema}.writes (write_id, task, seq, landed) VALUES ('{old2}', 'x', 9, true)"
     ));
     assert_eq!(
@@ -138,7 +123,7 @@ fn a_schema_at_version_1_is_migrated_to_the_current_version_and_resolves_as_befo
     let id = write_id_of(&schema, "t", 1);
     drop(store);
     // Back to version 1 (as a build before pruning left it), with an old-format id.
-    psql(&format!(
+    common::pg::psql(&format!(
         "DROP TABLE {schema}.writes_pruned; DROP INDEX {schema}.writes_at; \
          UPDATE {schema}.schema_version SET version = 1; \
          INSERT INTO {schema}.writes (write_id, task, seq, landed) \
@@ -146,7 +131,7 @@ fn a_schema_at_version_1_is_migrated_to_the_current_version_and_resolves_as_befo
     ));
     let store: PgStore = PgStore::open(&common::pg::url(), options.clone()).unwrap();
     assert_eq!(
-        psql(&format!("SELECT version FROM {schema}.schema_version")),
+        common::pg::psql(&format!("SELECT version FROM {schema}.schema_version")),
         "4"
     );
     assert_eq!(

@@ -1,4 +1,4 @@
-"""Two probes behind figures in bench-results/history.md that pg_bench.py does not print.
+"""Probes behind figures in bench-results/history.md and docs that pg_bench.py does not print.
 
 Run from the repository root, in the virtualenv scripts/bench-python-pg.sh builds, against a
 server named as for pg_bench.py (``AGENTWAL_PG_HOST`` or ``AGENTWAL_PG_URL``)::
@@ -45,7 +45,12 @@ serializer and the rest, the saver's own Python.
 of busy Python added to each ``put``, alternating: whether the 16-thread row is bound by
 time spent holding the GIL.
 
-Commands for the last seven::
+``hot-reads``: on AgentwalSaver's 200-step thread, REPS times (default 1), the medians of
+the reads a warm worker repeats: ``PgStore.latest_info`` (1,000 calls), a warm
+``load_latest_view`` (100) and a warm saver's ``get_tuple``, which checks ``latest_info``
+first (100).
+
+Commands for the last eight::
 
     target/pybench-pg/bin/python python/bench/pg_probes.py fresh-pair [CALLS]
     target/pybench-pg/bin/python python/bench/pg_probes.py deserialize
@@ -54,6 +59,7 @@ Commands for the last seven::
     target/pybench-pg/bin/python python/bench/pg_probes.py composition
     target/pybench-pg/bin/python python/bench/pg_probes.py put-cpu
     target/pybench-pg/bin/python python/bench/pg_probes.py gil [REPS]
+    target/pybench-pg/bin/python python/bench/pg_probes.py hot-reads [REPS]
 """
 
 from __future__ import annotations
@@ -394,6 +400,25 @@ def gil(reps: int) -> None:
         AgentwalSaver.put = put  # type: ignore[method-assign]
 
 
+def hot_reads() -> None:
+    """Prints the medians of the reads a warm saver repeats: PgStore.latest_info, a warm
+    load_latest_view of the 200-step thread, and a warm saver's get_tuple of it."""
+    s = b.Saver("agentwal")
+    try:
+        saver = s.open(setup=True)
+        b.run_thread(saver, "thread-200", 200)
+        store, task = saver.store, lg.task_name("thread-200", "")
+        saver.get_tuple(CONFIG_200)
+        info = median_us(lambda: store.latest_info(task), 1000)
+        load = median_us(lambda: store.load_latest_view(task), 100)
+        get = median_us(lambda: saver.get_tuple(CONFIG_200), 100)
+        print(f"latest_info {info:.0f} µs, load_latest_view {load:.0f} µs, "
+              f"warm get_tuple {get:.0f} µs")
+        saver.close()
+    finally:
+        s.drop()
+
+
 def main() -> None:
     what = sys.argv[1] if len(sys.argv) > 1 else ""
     count = int(sys.argv[2]) if len(sys.argv) > 2 else None
@@ -417,10 +442,13 @@ def main() -> None:
         put_cpu()
     elif what == "gil":
         gil(count or 3)
+    elif what == "hot-reads":
+        for _ in range(count or 1):
+            hot_reads()
     else:
         sys.exit("usage: pg_probes.py threads-cpu [REPS] | fresh-get-tuple [CALLS] | "
                  "fresh-pair [CALLS] | deserialize | fan-out-writes [N] | keys | composition | "
-                 "put-cpu | gil [REPS]")
+                 "put-cpu | gil [REPS] | hot-reads [REPS]")
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 //! Connections: the runtime the handle owns, a small pool, deadlines on every call, and
 //! which failures leave a call's outcome known.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::str::FromStr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -108,12 +108,24 @@ pub(super) struct Conn {
     sync_rep_cancels: Arc<AtomicU64>,
     /// The statements prepared on this connection, by their text (`statements.rs`).
     statements: Mutex<HashMap<&'static str, Statement>>,
+    /// The hot reads this connection ran once by their text (`statements::query_hot`).
+    ran_once: Mutex<HashSet<&'static str>>,
 }
 
 impl Conn {
     /// `sql` as prepared on this connection, if it is.
     pub fn cached(&self, sql: &str) -> Option<Statement> {
         self.statements.lock().get(sql).cloned()
+    }
+
+    /// Whether this connection ran `sql` before (by its text); notes that it has now.
+    pub fn ran_before(&self, sql: &'static str) -> bool {
+        !self.ran_once.lock().insert(sql)
+    }
+
+    /// Keeps `stmt`, prepared on this connection from `sql`, for the calls after.
+    pub fn remember(&self, sql: &'static str, stmt: Statement) {
+        self.statements.lock().insert(sql, stmt);
     }
 
     /// Prepares each of `statements` (text and parameter types) that this connection has
@@ -367,6 +379,7 @@ impl Shared {
             driver: Mutex::new(Some(connection)),
             sync_rep_cancels: Arc::new(AtomicU64::new(0)),
             statements: Mutex::new(HashMap::new()),
+            ran_once: Mutex::new(HashSet::new()),
         };
         if !self.toast.is_lz4() {
             return Ok(conn);

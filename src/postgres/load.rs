@@ -8,6 +8,7 @@ use tokio_postgres::{Client, GenericClient, IsolationLevel, Row};
 
 use super::conn::{Attempt, Fail, RowExt, attempt};
 use super::hint::Hint;
+use super::statements;
 use super::{PgOptions, PgStore};
 use crate::error::{Error, Result};
 use crate::rules::body::At;
@@ -155,6 +156,12 @@ const LATEST_SQL: &str = concat!(
     ") c ON true ORDER BY c.seq"
 );
 
+/// A task's latest checkpoint's `CheckpointInfo` columns; `$1`: the task.
+const LATEST_INFO_SQL: &str = "SELECT c.seq, c.created_at_ms, octet_length(c.body), c.snapshot,
+        c.origin_task, c.origin_seq
+     FROM tasks t JOIN checkpoints c ON c.task = t.task AND c.seq = t.latest_seq
+     WHERE t.task = $1";
+
 /// How many columns of a `LATEST_SQL` row are the task row's.
 const TASK_COLUMN_COUNT: usize = 7;
 
@@ -233,9 +240,9 @@ impl<S: State> PgStore<S> {
             .run_read_async(
                 "loading a checkpoint",
                 attempt!(|c| {
-                    let rows = c
-                        .query_typed(LATEST_SQL, &[(&task.as_bytes(), Type::BYTEA)])
-                        .await?;
+                    let rows =
+                        statements::query_hot(c, LATEST_SQL, &[(&task.as_bytes(), Type::BYTEA)])
+                            .await?;
                     let Some(first) = rows.first() else {
                         return Ok(None);
                     };
@@ -366,16 +373,17 @@ impl<S: State> PgStore<S> {
             .run_read_async(
                 "reading a task's latest checkpoint",
                 attempt!(|c| {
-                    let row = c
-                        .query_typed_opt(
-                            "SELECT c.seq, c.created_at_ms, octet_length(c.body), c.snapshot,
-                            c.origin_task, c.origin_seq
-                     FROM tasks t JOIN checkpoints c ON c.task = t.task AND c.seq = t.latest_seq
-                     WHERE t.task = $1",
-                            &[(&task.as_bytes(), Type::BYTEA)],
-                        )
-                        .await?;
-                    row.as_ref().map(checkpoint_info).transpose()
+                    let rows = statements::query_hot(
+                        c,
+                        LATEST_INFO_SQL,
+                        &[(&task.as_bytes(), Type::BYTEA)],
+                    )
+                    .await?;
+                    if rows.len() > 1 {
+                        let why = format!("{} rows for its latest checkpoint", rows.len());
+                        return Err(inconsistent(task, why));
+                    }
+                    rows.first().map(checkpoint_info).transpose()
                 }),
             )
             .await

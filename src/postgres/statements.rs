@@ -4,6 +4,11 @@
 //! `commit.rs`), and the helpers here use the prepared one when the session has it, the
 //! text otherwise (a `Transaction`, a connection not yet warmed).
 //!
+//! The hot reads (a task's latest checkpoint, which every read of a saver checks, and its
+//! latest state) are prepared the second time a connection runs them, in the same flight
+//! as that run (`query_hot`): no round trip of their own, and nothing more for a
+//! connection that runs one once (a new worker's first load).
+//!
 //! A prepared statement names tables by their identity: a schema dropped and created again
 //! under a handle that is open makes its connections' statements fail (SQLSTATE 0A000 or
 //! 42P01, a definite error); a failed connection is dropped with its statements.
@@ -71,4 +76,31 @@ pub(super) async fn query_opt(
         Some(stmt) => c.client().query_opt(&stmt, &values(params)).await,
         None => c.client().query_typed_opt(sql, params).await,
     }
+}
+
+/// Runs the hot read `sql` with `params` (values and their types) on `c`: by the statement
+/// `c` prepared before; else by its text, the first time; else by its text with `sql`
+/// prepared in the same flight (both requests are sent before either answer is read, so
+/// that run costs one round trip, like the text alone) and kept for the runs after.
+pub(super) async fn query_hot(
+    c: &Conn,
+    sql: &'static str,
+    params: &[(&(dyn ToSql + Sync), Type)],
+) -> Result<Vec<Row>, tokio_postgres::Error> {
+    if let Some(stmt) = c.cached(sql) {
+        return c.client().query(&stmt, &values(params)).await;
+    }
+    if !c.ran_before(sql) {
+        return c.client().query_typed(sql, params).await;
+    }
+    let types: Vec<Type> = params.iter().map(|(_, t)| t.clone()).collect();
+    // Polled in this order, the Parse of the statement goes out first; the server answers
+    // both in order, on one socket.
+    let (stmt, rows) = tokio::join!(
+        c.client().prepare_typed(sql, &types),
+        c.client().query_typed(sql, params)
+    );
+    let rows = rows?;
+    c.remember(sql, stmt?);
+    Ok(rows)
 }

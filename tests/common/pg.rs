@@ -27,6 +27,22 @@ pub fn url() -> String {
     format!("host={} user=postgres dbname=postgres", host())
 }
 
+/// One value from `psql` on the test server: what `sql` printed (unaligned, tuples only);
+/// fails the test, with psql's error, if it fails.
+pub fn psql(sql: &str) -> String {
+    let out = std::process::Command::new("runuser")
+        .args(["-u", "postgres", "--", "psql", "-h", &host()])
+        .args(["-U", "postgres", "-d", "postgres", "-qAt", "-c", sql])
+        .output()
+        .expect("run psql");
+    assert!(
+        out.status.success(),
+        "psql {sql:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
 /// A schema name no other test of any run uses, from `name`.
 pub fn fresh_schema(name: &str) -> String {
     static N: AtomicU64 = AtomicU64::new(0);
