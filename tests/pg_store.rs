@@ -264,3 +264,77 @@ fn hot_reads_prepared_on_a_connection_answer_what_their_text_does() {
         }
     }
 }
+
+/// `catch_up` builds the latest checkpoint from a loaded one and the deltas after it,
+/// exactly as a load would read it; where it cannot (a snapshot after the base, the task
+/// deleted or written again, the base dropped by retention) it answers `None`, never a
+/// state the store does not hold.
+#[test]
+fn catch_up_gives_the_latest_state_from_the_deltas_after_a_base_or_none() {
+    let schema = common::pg::fresh_schema("catch_up");
+    let options = |snapshot_every| PgOptions {
+        schema: schema.clone(),
+        snapshot_every,
+        ..PgOptions::default()
+    };
+    // No snapshot in the first 60 checkpoints of `a`'s tasks.
+    let a: PgStore = PgStore::open(&common::pg::url(), options(1000)).unwrap();
+    let b: PgStore = PgStore::open(&common::pg::url(), options(1000)).unwrap();
+    let step = common::pg::probe_step;
+    for n in 1..=3 {
+        a.commit("t", &step(n)).unwrap();
+    }
+    let base = a.load_latest("t").unwrap().unwrap();
+    let same = a
+        .catch_up(&base)
+        .unwrap()
+        .expect("nothing new: the base itself");
+    assert_eq!(
+        (same.seq, same.created_at_ms),
+        (base.seq, base.created_at_ms)
+    );
+    assert!(std::sync::Arc::ptr_eq(&same.state, &base.state));
+    let mut older = base.clone();
+    for n in 4..=40 {
+        b.commit("t", &step(n)).unwrap();
+        if n % 9 == 0 {
+            older = a.load_latest("t").unwrap().unwrap();
+        }
+        for from in [&base, &older] {
+            let up = a
+                .catch_up(from)
+                .unwrap()
+                .expect("deltas only since the base");
+            assert_eq!(Some(&up), a.load_latest("t").unwrap().as_ref(), "seq {n}");
+        }
+    }
+    // A base that is not the stored checkpoint at its seq (another creation time).
+    let mut forged = base.clone();
+    forged.created_at_ms += 1;
+    assert_eq!(a.catch_up(&forged).unwrap(), None);
+    // A base past the latest (the task written again, shorter).
+    let mut ahead = base.clone();
+    ahead.seq = 41;
+    assert_eq!(a.catch_up(&ahead).unwrap(), None);
+
+    // Deleted, then written again from seq 1: its checkpoint at the base's seq is another.
+    a.delete_task("t").unwrap();
+    assert_eq!(a.catch_up(&base).unwrap(), None);
+    for n in 1..=5 {
+        a.commit("t", &step(100 + n)).unwrap();
+    }
+    assert_eq!(a.catch_up(&base).unwrap(), None);
+
+    // A snapshot after the base: loading it whole is as cheap, so `None`.
+    let s: PgStore = PgStore::open(&common::pg::url(), options(2)).unwrap();
+    for n in 1..=2 {
+        s.commit("u", &step(n)).unwrap();
+    }
+    let early = s.load_latest("u").unwrap().unwrap();
+    for n in 3..=12 {
+        s.commit("u", &step(n)).unwrap();
+    }
+    assert_eq!(s.catch_up(&early).unwrap(), None);
+    let late = s.load_latest("u").unwrap().unwrap();
+    assert_eq!(s.catch_up(&late).unwrap(), Some(late.clone()));
+}

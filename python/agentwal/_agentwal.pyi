@@ -584,6 +584,12 @@ class PgStore:
     def load_latest_view(self, task: str) -> Optional[StateView]:
         """The task's newest checkpoint as a :class:`StateView` (its variables converted to
         Python only when read: for large states read in part), or ``None`` if it has none."""
+    def catch_up_view(self, view: StateView) -> Optional[StateView]:
+        """The newest checkpoint of ``view``'s task as a :class:`StateView`, built from
+        ``view`` and the deltas committed after it in one round trip that reads only those
+        (the same checkpoint if nothing was committed since); ``None`` if it cannot be built that
+        way (a snapshot was stored after it, or the task was deleted or written again):
+        then :meth:`load_latest_view` reads it."""
     def load(self, task: str, seq: int) -> Optional[Checkpoint]:
         """As :meth:`Store.load`."""
     def load_latest_matching(

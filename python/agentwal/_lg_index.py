@@ -89,6 +89,11 @@ class TaskIndex:
         # channel -> (version, items): the last list resolved (the next put extends it).
         self.resolved: Dict[str, Tuple[Any, Tuple[Tuple[str, bytes], ...]]] = {}
 
+    def loaded_view(self) -> Any:
+        """The state the store returned (an ``agentwal.StateView``) that the variables start
+        from, before the saver's own commits on top; None if there is none."""
+        return self._view
+
     def _get(self, key: str) -> Any:
         """Variable ``key`` (None if absent)."""
         value = self._set.get(key)

@@ -185,7 +185,7 @@ class AgentwalSaver(AsyncTwins, BaseCheckpointSaver[str]):
         processes and hosts commit to the same store. With ``fresh`` (every read) a cached
         index is used only while the store's latest checkpoint is the one it was read at
         (``latest_info``: a lookup in memory locally, one query on PostgreSQL), else the
-        task is read again. Without it (writes) the cached index is used as it is: the
+        index is brought up to date (``_catch_up``) or the task read again. Without it (writes) the cached index is used as it is: the
         write is conditional on its seq (``commit_if``), so a stale index gets a conflict
         and the write is recomputed from a fresh one, never applied."""
         idx = self._index.get(task)
@@ -201,7 +201,28 @@ class AgentwalSaver(AsyncTwins, BaseCheckpointSaver[str]):
             ):
                 idx.created_at_ms = info.created_at_ms
                 return idx
+            if info is not None:
+                caught_up = self._catch_up(task, idx)
+                if caught_up is not None:
+                    return caught_up
         return self._load(task)
+
+    def _catch_up(self, task: str, idx: _TaskIndex) -> Optional[_TaskIndex]:
+        """On PostgreSQL, the index of ``task`` built from the state ``idx`` was loaded from
+        and the deltas committed after it, the saver's own included (one round trip that
+        reads only those: a worker whose thread another worker moved on does not read the
+        thread's whole history again); None if the store cannot build it that way."""
+        catch_up = getattr(self.store, "catch_up_view", None)  # PgStore's, not Store's
+        base = idx.loaded_view()
+        if base is None or catch_up is None:
+            return None
+        view = catch_up(base)
+        if view is None:
+            return None
+        new = _TaskIndex(view.seq, view.created_at_ms, view)
+        new.dumps = idx.dumps  # a cache of serialization only (_lg_dumps), not of the store
+        self._index[task] = new
+        return new
 
     def _load(self, task: str) -> _TaskIndex:
         """Reads ``task``'s latest state from the store into a new index (cached unless the

@@ -50,7 +50,12 @@ the reads a warm worker repeats: ``PgStore.latest_info`` (1,000 calls), a warm
 ``load_latest_view`` (100) and a warm saver's ``get_tuple``, which checks ``latest_info``
 first (100).
 
-Commands for the last eight::
+``fleet-turns``: two workers (saver objects with their own connections) each for
+AgentwalSaver and PostgresSaver on a 180-step thread: ROUNDS (default and at most 20) times,
+alternating savers, one worker takes a one-step turn and the other's ``get_tuple`` is timed,
+one turn behind; prints both medians and their ratio.
+
+Commands for the last nine::
 
     target/pybench-pg/bin/python python/bench/pg_probes.py fresh-pair [CALLS]
     target/pybench-pg/bin/python python/bench/pg_probes.py deserialize
@@ -60,6 +65,7 @@ Commands for the last eight::
     target/pybench-pg/bin/python python/bench/pg_probes.py put-cpu
     target/pybench-pg/bin/python python/bench/pg_probes.py gil [REPS]
     target/pybench-pg/bin/python python/bench/pg_probes.py hot-reads [REPS]
+    target/pybench-pg/bin/python python/bench/pg_probes.py fleet-turns [ROUNDS]
 """
 
 from __future__ import annotations
@@ -419,6 +425,53 @@ def hot_reads() -> None:
         s.drop()
 
 
+FLEET_FIRST_STEPS = 180  # pg_bench's texts run to step 200: room for 20 one-step turns
+
+
+def fleet_turns(rounds: int) -> None:
+    """Two workers (savers with their own connections) on a 180-step thread: the writer
+    takes a one-step turn, then the other's get_tuple is timed, its cache one turn behind;
+    for AgentwalSaver and PostgresSaver, alternating, ``rounds`` (at most 20) turns each.
+    Prints both medians and the ratio."""
+    from contextlib import ExitStack
+
+    from langgraph.checkpoint.postgres import PostgresSaver
+
+    savers = {name: b.Saver(name) for name in ("agentwal", "postgres")}
+    got: Dict[str, List[float]] = {"agentwal": [], "postgres": []}
+    try:
+        with ExitStack() as stack:
+            workers = {}
+            for name, s in savers.items():
+                b.run_thread(s.open(setup=True), "thread-200", FLEET_FIRST_STEPS)
+                s.close()
+                if name == "agentwal":
+                    pair = [stack.enter_context(AgentwalSaver(b.URL, schema=s.schema))
+                            for _ in range(2)]
+                else:
+                    pair = [stack.enter_context(PostgresSaver.from_conn_string(s.conninfo))
+                            for _ in range(2)]
+                pair[1].get_tuple(CONFIG_200)  # the reader's cache, where it has one
+                workers[name] = pair
+            for i in range(rounds):
+                for name in ("agentwal", "postgres") if i % 2 == 0 else ("postgres", "agentwal"):
+                    writer, reader = workers[name]
+                    # One agent step: the graph stops once the thread has this many.
+                    app = b.build_graph(writer, [], FLEET_FIRST_STEPS + 1 + i)
+                    app.invoke({"messages": [HumanMessage(content=f"turn {i}", id=f"u-{i}")]},
+                               CONFIG_200, durability="sync")
+                    gc.collect()
+                    t0 = time.perf_counter()
+                    reader.get_tuple(CONFIG_200)
+                    got[name].append(time.perf_counter() - t0)
+    finally:
+        for s in savers.values():
+            s.drop()
+    a, p = (statistics.median(got[k]) * 1e3 for k in ("agentwal", "postgres"))
+    print(f"get_tuple one turn behind: agentwal {a:.2f} ms, postgres {p:.2f} ms, "
+          f"ratio {a / p:.2f}")
+
+
 def main() -> None:
     what = sys.argv[1] if len(sys.argv) > 1 else ""
     count = int(sys.argv[2]) if len(sys.argv) > 2 else None
@@ -442,13 +495,15 @@ def main() -> None:
         put_cpu()
     elif what == "gil":
         gil(count or 3)
+    elif what == "fleet-turns":
+        fleet_turns(min(count or 20, 200 - FLEET_FIRST_STEPS))
     elif what == "hot-reads":
         for _ in range(count or 1):
             hot_reads()
     else:
         sys.exit("usage: pg_probes.py threads-cpu [REPS] | fresh-get-tuple [CALLS] | "
                  "fresh-pair [CALLS] | deserialize | fan-out-writes [N] | keys | composition | "
-                 "put-cpu | gil [REPS] | hot-reads [REPS]")
+                 "put-cpu | gil [REPS] | hot-reads [REPS] | fleet-turns [ROUNDS]")
 
 
 if __name__ == "__main__":

@@ -230,6 +230,15 @@ impl PgStore {
         Ok(run(py, || engine.load_latest(&task))?.map(StateView::new))
     }
 
+    /// The newest checkpoint of ``view``'s task, built from ``view`` and the deltas
+    /// committed after it (the same checkpoint if none was), or ``None`` if it cannot be built
+    /// that way: then ``load_latest_view`` reads it.
+    fn catch_up_view(&self, py: Python<'_>, view: &StateView) -> PyResult<Option<StateView>> {
+        let engine = self.engine(py)?;
+        let base = view.checkpoint();
+        Ok(run(py, || engine.catch_up(&base))?.map(StateView::new))
+    }
+
     /// The task's state as of checkpoint ``seq``.
     fn load(&self, py: Python<'_>, task: String, seq: u64) -> PyResult<Option<Checkpoint>> {
         let engine = self.engine(py)?;

@@ -39,6 +39,16 @@ impl StateView {
         }
     }
 
+    /// The checkpoint this view shows (its state shared, not copied).
+    pub fn checkpoint(&self) -> agentwal::Checkpoint<AgentState> {
+        agentwal::Checkpoint {
+            task: self.task.clone(),
+            seq: self.seq,
+            created_at_ms: self.created_at_ms,
+            state: Arc::clone(&self.state),
+        }
+    }
+
     /// The variables whose key starts with `prefix`, in key order.
     fn with_prefix<'a>(&'a self, prefix: &'a str) -> impl Iterator<Item = (&'a String, &'a Value)> {
         self.state

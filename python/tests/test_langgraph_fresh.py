@@ -256,3 +256,74 @@ def test_keys_are_the_json_of_their_ids():
             assert blob_key(a, b) == "b:" + json.dumps([a, b])
             for i in (0, 3, -1, True):
                 assert write_key(a, b, i) == "w:" + json.dumps([a, b, i])
+
+
+class _CallLog:
+    """A store that records the name of each call made through it."""
+
+    def __init__(self, store: Any) -> None:
+        self._store, self.calls = store, []
+
+    def __getattr__(self, name: str) -> Any:
+        target = getattr(self._store, name)
+        if not callable(target):
+            return target
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            self.calls.append(name)
+            return target(*args, **kwargs)
+
+        return call
+
+
+def _turn(saver: Any, config: dict, turn: int) -> None:
+    """One turn of the thread: a user message, then three steps."""
+    _graph(saver, 3).invoke(
+        {"messages": [HumanMessage(content=f"turn {turn}", id=f"h-{turn}")], "step": 0,
+         "phase": "start"}, config, durability="sync")
+
+
+def test_a_worker_behind_on_postgres_catches_up_from_the_deltas_after_its_load():
+    """Two workers (handles) take a thread's turns in turn: a worker whose thread the other
+    moved on reads only the checkpoints committed since its load (its own included), and
+    then serves exactly what a fresh saver reads; after the thread is deleted and written
+    again, it reads the thread whole."""
+    schema = pg_env.fresh_schema("lgcatchup")
+    config = {"configurable": {"thread_id": "t"}}
+    try:
+        with PgStore.open(pg_env.url(), schema=schema) as sa, \
+                PgStore.open(pg_env.url(), schema=schema) as sb:
+            a, b = AgentwalSaver(sa), AgentwalSaver(sb)
+            a.store, b.store = _CallLog(sa), _CallLog(sb)
+            # A long first turn: the turns after it add too little for the store to take
+            # another snapshot (which a worker behind would load whole instead): the state
+            # grows by a third, where the next snapshot waits for it to about triple.
+            _run(a, 2 * STEPS, config)
+            b.get_tuple(config)  # b loads the thread whole (a fresh worker)
+            for turn in range(1, 7):
+                worker = (a, b)[turn % 2]
+                worker.store.calls.clear()
+                _turn(worker, config, turn)
+                calls = worker.store.calls
+                # Turn 1: b's load is current. Turn 2: a has only its own commits (it
+                # wrote the thread's first checkpoints), nothing loaded to start from.
+                expect = {1: [], 2: ["load_latest_view"]}.get(turn, ["catch_up_view"])
+                got = [c for c in calls if c in ("load_latest_view", "catch_up_view")]
+                assert got == expect, (turn, calls)
+                with AgentwalSaver(sa) as fresh:
+                    expected = fresh.get_tuple(config)
+                assert _tuple_data(worker.get_tuple(config)) == _tuple_data(expected)
+                history = list(worker.list(config))
+                assert [h.parent_config["configurable"]["checkpoint_id"]
+                        for h in history[:-1]] == [
+                    h.config["configurable"]["checkpoint_id"] for h in history[1:]]
+            # Deleted and written again by the other worker: b cannot catch up; it loads.
+            a.delete_thread("t")
+            _turn(a, config, 100)
+            b.store.calls.clear()
+            got = b.get_tuple(config)
+            assert "load_latest_view" in b.store.calls, b.store.calls
+            with AgentwalSaver(sa) as fresh:
+                assert _tuple_data(got) == _tuple_data(fresh.get_tuple(config))
+    finally:
+        pg_env.drop_schema(schema)

@@ -17,6 +17,7 @@
 mod api;
 #[cfg(feature = "tokio")]
 mod async_api;
+mod catch_up;
 mod commit;
 mod commit_fast;
 mod commit_fn;
