@@ -272,3 +272,29 @@ fn the_last_handle_can_be_dropped_inside_a_runtime() {
         drop(again);
     });
 }
+
+/// `catch_up` from async code: the latest state, as a load reads it, built from a
+/// checkpoint loaded before other commits.
+#[test]
+fn catch_up_from_async_code_gives_what_a_load_reads() {
+    let options = PgOptions {
+        schema: common::pg::fresh_schema("async_catch_up"),
+        ..PgOptions::default()
+    };
+    let url = common::pg::url();
+    runtime().block_on(async {
+        let store: AsyncPgStore = AsyncPgStore::open(&url, options).await.expect("open");
+        store.commit("t", &step("t", 1)).await.expect("commit");
+        let base = store
+            .load_latest("t")
+            .await
+            .expect("load")
+            .expect("t exists");
+        for n in 2..=6 {
+            store.commit("t", &step("t", n)).await.expect("commit");
+        }
+        let up = store.catch_up(&base).await.expect("catch up");
+        assert_eq!(up, store.load_latest("t").await.expect("load"));
+        assert_eq!(up.map(|c| c.seq), Some(6));
+    });
+}

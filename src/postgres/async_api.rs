@@ -122,6 +122,13 @@ impl<S: State> AsyncPgStore<S> {
             .await
     }
 
+    /// [`PgStore::catch_up`].
+    pub async fn catch_up(&self, base: &Checkpoint<S>) -> Result<Option<Checkpoint<S>>> {
+        let base = base.clone();
+        self.spawn(move |s| async move { s.catch_up_async(&base).await })
+            .await
+    }
+
     /// [`PgStore::latest_info`].
     pub async fn latest_info(&self, task: &str) -> Result<Option<CheckpointInfo>> {
         let task = task.to_string();
