@@ -251,8 +251,9 @@ fn hot_reads_prepared_on_a_connection_answer_what_their_text_does() {
     common::pg::psql(&format!("DROP SCHEMA {schema} CASCADE"));
     let c: PgStore = open(&schema);
     c.commit("t", &common::pg::probe_step(100)).unwrap();
-    // The first read on `a`'s connection may fail (its statements named the old tables);
-    // then the connection is gone, and the next read finds the new rows.
+    // The server plans `a`'s prepared statements again on the new tables; were their
+    // columns to differ, the first read would fail and its connection be dropped: either
+    // way, never the old rows.
     for read in 0..2 {
         match a.latest_info("t") {
             Ok(info) => assert_eq!(info.map(|i| i.seq), Some(1), "read {read}"),
@@ -266,8 +267,9 @@ fn hot_reads_prepared_on_a_connection_answer_what_their_text_does() {
 }
 
 /// `catch_up` builds the latest checkpoint from a loaded one and the deltas after it,
-/// exactly as a load would read it; where it cannot (a snapshot after the base, the task
-/// deleted or written again, the base dropped by retention) it answers `None`, never a
+/// exactly as a load would read it, and leaves the handle's hint as a load does (the next
+/// commit is one round trip); where it cannot (a snapshot after the base, which retention's
+/// deletes always follow; the task deleted or written again) it answers `None`, never a
 /// state the store does not hold.
 #[test]
 fn catch_up_gives_the_latest_state_from_the_deltas_after_a_base_or_none() {
@@ -308,13 +310,27 @@ fn catch_up_gives_the_latest_state_from_the_deltas_after_a_base_or_none() {
             assert_eq!(Some(&up), a.load_latest("t").unwrap().as_ref(), "seq {n}");
         }
     }
+    // `b` moves on past `a`'s last read; caught up, `a` commits on in one round trip:
+    // the catch-up left its hint right.
+    b.commit("t", &step(41)).unwrap();
+    let up = a.catch_up(&base).unwrap().unwrap();
+    let before = a.commit_round_trips();
+    assert_eq!(a.commit_if("t", up.seq, &step(42)).unwrap(), 42);
+    assert_eq!(a.commit_round_trips() - before, 1);
+    // A fork's first checkpoint (a snapshot) is a base like any other.
+    a.fork("t", 20, "u").unwrap();
+    let forked = a.load_latest("u").unwrap().unwrap();
+    for n in 1..=4 {
+        b.commit("u", &step(200 + n)).unwrap();
+    }
+    assert_eq!(a.catch_up(&forked).unwrap(), a.load_latest("u").unwrap());
     // A base that is not the stored checkpoint at its seq (another creation time).
     let mut forged = base.clone();
     forged.created_at_ms += 1;
     assert_eq!(a.catch_up(&forged).unwrap(), None);
     // A base past the latest (the task written again, shorter).
     let mut ahead = base.clone();
-    ahead.seq = 41;
+    ahead.seq = 43;
     assert_eq!(a.catch_up(&ahead).unwrap(), None);
 
     // Deleted, then written again from seq 1: its checkpoint at the base's seq is another.
@@ -337,4 +353,23 @@ fn catch_up_gives_the_latest_state_from_the_deltas_after_a_base_or_none() {
     assert_eq!(s.catch_up(&early).unwrap(), None);
     let late = s.load_latest("u").unwrap().unwrap();
     assert_eq!(s.catch_up(&late).unwrap(), Some(late.clone()));
+}
+
+/// A base loaded through a state's migration catches up over deltas an older program
+/// keeps writing, each migrated as a load migrates it.
+#[test]
+fn catch_up_migrates_the_deltas_of_an_older_program() {
+    let schema = common::pg::fresh_schema("catch_up_migrating");
+    let v1: PgStore<CounterV1> = open(&schema);
+    let v2m: PgStore<CounterV2Migrating> = open(&schema);
+    v1.commit("t", &5).unwrap();
+    let base = v2m.load_latest("t").unwrap().unwrap();
+    v1.commit("t", &7).unwrap();
+    v1.commit("t", &11).unwrap();
+    let up = v2m.catch_up(&base).unwrap().expect("v1's deltas, migrated");
+    assert_eq!(
+        (up.state.0.total, up.state.0.label.as_str()),
+        (23, "migrated")
+    );
+    assert_eq!(Some(up), v2m.load_latest("t").unwrap());
 }

@@ -44,6 +44,8 @@ macro_rules! task_columns {
     };
 }
 
+pub(super) use task_columns;
+
 /// The columns `TaskRow::from_row` reads, in its order.
 pub(super) const TASK_COLUMNS: &str = task_columns!();
 
@@ -162,8 +164,8 @@ const LATEST_INFO_SQL: &str = "SELECT c.seq, c.created_at_ms, octet_length(c.bod
      FROM tasks t JOIN checkpoints c ON c.task = t.task AND c.seq = t.latest_seq
      WHERE t.task = $1";
 
-/// How many columns of a `LATEST_SQL` row are the task row's.
-const TASK_COLUMN_COUNT: usize = 7;
+/// How many columns of a `LATEST_SQL` (or `CATCH_UP_SQL`) row are the task row's.
+pub(super) const TASK_COLUMN_COUNT: usize = 7;
 
 /// The state of `task` at `seq`, folded from the newest snapshot at or before it and the
 /// deltas after it; and the checkpoint's `created_at_ms`.

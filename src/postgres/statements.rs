@@ -9,9 +9,10 @@
 //! as that run (`query_hot`): no round trip of their own, and nothing more for a
 //! connection that runs one once (a new worker's first load).
 //!
-//! A prepared statement names tables by their identity: a schema dropped and created again
-//! under a handle that is open makes its connections' statements fail (SQLSTATE 0A000 or
-//! 42P01, a definite error); a failed connection is dropped with its statements.
+//! A prepared statement outlives the tables it was planned on: a schema dropped and created
+//! again under a handle that is open has the server parse and plan it again from its text,
+//! on the new tables, or fail it with SQLSTATE 0A000 if their
+//! columns changed (a definite error); a failed connection is dropped with its statements.
 
 use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::{Client, GenericClient, Row, Statement, Transaction};
@@ -100,7 +101,10 @@ pub(super) async fn query_hot(
         c.client().prepare_typed(sql, &types),
         c.client().query_typed(sql, params)
     );
-    let rows = rows?;
-    c.remember(sql, stmt?);
-    Ok(rows)
+    // A statement the server would not prepare (a pooler that keeps no session, say)
+    // leaves the run by text as good as before: its rows are answered, nothing is kept.
+    if let Ok(stmt) = stmt {
+        c.remember(sql, stmt);
+    }
+    rows
 }
