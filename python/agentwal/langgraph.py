@@ -240,8 +240,9 @@ class AgentwalSaver(AsyncTwins, BaseCheckpointSaver[str]):
     def _commit(self, task: str, build: Callable[[_TaskIndex], Optional[Dict[str, Any]]]) -> None:
         """Commits ``build(index)`` (a delta with ``set`` and/or ``unset``; None: nothing to
         commit) on the condition that the task is still at the index's seq. On a conflict
-        (someone else committed first) the task is read again and the delta built again
-        from what it now holds, so a stale view is never extended."""
+        (someone else committed first) the index is brought up to date (``_catch_up``) or
+        the task read again, and the delta built again from what it now holds, so a stale
+        view is never extended."""
         for attempt in range(_CONFLICT_RETRIES):
             idx = self._task(task, fresh=False)
             delta = build(idx)
@@ -250,9 +251,11 @@ class AgentwalSaver(AsyncTwins, BaseCheckpointSaver[str]):
             try:
                 seq = self.store.commit_if(task, idx.seq, delta)
             except ConflictError:
-                self._index.pop(task, None)
                 if attempt + 1 == _CONFLICT_RETRIES:
+                    self._index.pop(task, None)
                     raise
+                if self._catch_up(task, idx) is None:
+                    self._index.pop(task, None)  # the next attempt loads the task
                 continue
             assert seq == idx.seq + 1, (task, seq, idx.seq)
             idx.apply(delta.get("set", {}))

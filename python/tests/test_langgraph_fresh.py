@@ -327,3 +327,27 @@ def test_a_worker_behind_on_postgres_catches_up_from_the_deltas_after_its_load()
                 assert _tuple_data(got) == _tuple_data(fresh.get_tuple(config))
     finally:
         pg_env.drop_schema(schema)
+
+
+def test_a_write_from_a_stale_index_on_postgres_catches_up_and_lands_once():
+    """A worker writes on a thread another worker moved on since its read: the write gets a
+    conflict, the index catches up from the deltas (no whole load), and the write lands
+    once, on the other worker's checkpoint."""
+    schema = pg_env.fresh_schema("lgcatchupw")
+    config = {"configurable": {"thread_id": "t"}}
+    try:
+        with PgStore.open(pg_env.url(), schema=schema) as sa, \
+                PgStore.open(pg_env.url(), schema=schema) as sb:
+            a, b = AgentwalSaver(sa), AgentwalSaver(sb)
+            _run(a, 2 * STEPS, config)
+            b.get_tuple(config)  # b's index: loaded at a's latest
+            _turn(a, config, 1)
+            latest = a.get_tuple(config)
+            b.store = _CallLog(sb)
+            b.put_writes(latest.config, [("step", 7)], "task-b")
+            assert b.store.calls == ["commit_if", "catch_up_view", "commit_if"], b.store.calls
+            with AgentwalSaver(sa) as fresh:
+                got = fresh.get_tuple(latest.config)
+            assert [w for w in got.pending_writes if w[0] == "task-b"] == [("task-b", "step", 7)]
+    finally:
+        pg_env.drop_schema(schema)
