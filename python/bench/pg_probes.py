@@ -55,7 +55,13 @@ AgentwalSaver and PostgresSaver on a 180-step thread: ROUNDS (default and at mos
 alternating savers, one worker takes a one-step turn and the other's ``get_tuple`` is timed,
 one turn behind; prints both medians and their ratio.
 
-Commands for the last nine::
+``per-key-fetch``: what a per-key layout on PostgreSQL would fetch for a fresh ``get_tuple``
+of the 200-step thread: its variables copied into a table keyed by ``(task, key)``, then
+CALLS (default 30) rounds, alternating, on new connections: the rows a load of the whole
+state fetches today, every blob with the latest checkpoint and its writes by key range, and
+exactly the variables a fresh ``get_tuple`` reads; prints rows, bytes and medians.
+
+Commands for the last ten::
 
     target/pybench-pg/bin/python python/bench/pg_probes.py fresh-pair [CALLS]
     target/pybench-pg/bin/python python/bench/pg_probes.py deserialize
@@ -66,6 +72,7 @@ Commands for the last nine::
     target/pybench-pg/bin/python python/bench/pg_probes.py gil [REPS]
     target/pybench-pg/bin/python python/bench/pg_probes.py hot-reads [REPS]
     target/pybench-pg/bin/python python/bench/pg_probes.py fleet-turns [ROUNDS]
+    target/pybench-pg/bin/python python/bench/pg_probes.py per-key-fetch [CALLS]
 """
 
 from __future__ import annotations
@@ -472,6 +479,90 @@ def fleet_turns(rounds: int) -> None:
           f"ratio {a / p:.2f}")
 
 
+def per_key_fetch(calls: int) -> None:
+    """What a per-key layout would fetch for a fresh get_tuple: the 200-step thread's
+    variables copied into a table keyed by (task, key), fetched on new connections by key
+    range and by exact key, against the rows a load of the whole state fetches today."""
+    import psycopg
+
+    s = b.Saver("agentwal")
+    try:
+        saver = s.open(setup=True)
+        b.run_thread(saver, "thread-200", 200)
+        saver.close()
+        task = lg.task_name("thread-200", "")
+        read: List[str] = []
+        get = lg._TaskIndex._get
+
+        def spy(self: Any, key: str) -> Any:
+            read.append(key)
+            return get(self, key)
+
+        lg._TaskIndex._get = spy  # type: ignore[method-assign]
+        try:
+            with AgentwalSaver(b.URL, schema=s.schema) as fresh:
+                fresh.get_tuple(CONFIG_200)
+                view = fresh.store.load_latest_view(task)
+        finally:
+            lg._TaskIndex._get = get  # type: ignore[method-assign]
+        needed = sorted(set(read))
+        with psycopg.connect(b.URL, autocommit=True) as c:
+            c.execute(f"SET search_path TO {s.schema}")
+            c.execute('CREATE TABLE kv (task bytea, key text COLLATE "C", value bytea, '
+                      "PRIMARY KEY (task, key))")
+            with c.cursor() as cur:
+                cur.executemany("INSERT INTO kv VALUES (%s, %s, %s)",
+                                [(task.encode(), k, _payload(view.var(k)))
+                                 for k in view.var_keys()])
+            c.execute("ANALYZE kv")
+        tk = task.encode()
+        queries = {
+            "whole state's rows": (_FOLD_ROWS_SQL, (tk, tk)),
+            "blobs + latest checkpoint + its writes, by range": (_RANGES_SQL, (tk, tk)),
+            "exactly the variables read": (
+                "SELECT key, value FROM kv WHERE task = %s AND key = ANY(%s)", (tk, needed)),
+        }
+        got: Dict[str, List[float]] = {k: [] for k in queries}
+        sizes: Dict[str, str] = {}
+        for i in range(calls):
+            for name in list(queries) if i % 2 == 0 else list(queries)[::-1]:
+                q, args = queries[name]
+                with psycopg.connect(b.URL, autocommit=True) as c:
+                    c.execute(f"SET search_path TO {s.schema}")
+                    t0 = time.perf_counter()
+                    rows = c.execute(q, args, binary=True).fetchall()
+                    got[name].append(time.perf_counter() - t0)
+                sizes[name] = f"{len(rows)} rows, {sum(len(r[-1]) for r in rows) / 1e3:.0f} kB"
+        for name, xs in got.items():
+            print(f"{name}: {sizes[name]}, {statistics.median(xs) * 1e3:.2f} ms")
+    finally:
+        s.drop()
+
+
+def _payload(value: Any) -> bytes:
+    """A variable's payload as one bytes value (its bytes and strings, concatenated)."""
+    if isinstance(value, bytes):
+        return value
+    if isinstance(value, str):
+        return value.encode()
+    if isinstance(value, list):
+        return b"".join(_payload(v) for v in value)
+    return repr(value).encode()
+
+
+# The rows a load of the latest state fetches today (as LATEST_SQL's fold), body last.
+_FOLD_ROWS_SQL = """SELECT seq, snapshot, schema_version, created_at_ms, body FROM checkpoints
+    WHERE task = %s AND seq >= coalesce((SELECT max(seq) FROM checkpoints
+        WHERE task = %s AND snapshot), 0) ORDER BY seq"""
+# Every blob, the latest checkpoint and its writes, by key range, from the kv table.
+_RANGES_SQL = """WITH cp AS (SELECT max(key) AS k FROM kv
+        WHERE task = %s AND key >= 'cp:' AND key < 'cp;')
+    SELECT key, value FROM kv WHERE task = %s AND (key = (SELECT k FROM cp)
+        OR (key >= 'b:' AND key < 'b;')
+        OR (key >= 'w:["' || substr((SELECT k FROM cp), 4)
+            AND key < 'w:["' || substr((SELECT k FROM cp), 4) || '"~'))"""
+
+
 def main() -> None:
     what = sys.argv[1] if len(sys.argv) > 1 else ""
     count = int(sys.argv[2]) if len(sys.argv) > 2 else None
@@ -495,6 +586,8 @@ def main() -> None:
         put_cpu()
     elif what == "gil":
         gil(count or 3)
+    elif what == "per-key-fetch":
+        per_key_fetch(count or 30)
     elif what == "fleet-turns":
         fleet_turns(min(count or 20, 200 - FLEET_FIRST_STEPS))
     elif what == "hot-reads":
@@ -503,7 +596,8 @@ def main() -> None:
     else:
         sys.exit("usage: pg_probes.py threads-cpu [REPS] | fresh-get-tuple [CALLS] | "
                  "fresh-pair [CALLS] | deserialize | fan-out-writes [N] | keys | composition | "
-                 "put-cpu | gil [REPS] | hot-reads [REPS] | fleet-turns [ROUNDS]")
+                 "put-cpu | gil [REPS] | hot-reads [REPS] | fleet-turns [ROUNDS] | "
+                 "per-key-fetch [CALLS]")
 
 
 if __name__ == "__main__":
