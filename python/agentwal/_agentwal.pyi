@@ -113,6 +113,14 @@ class StateView:
     def last_key(self, prefix: str = "") -> Optional[str]:
         """The greatest key starting with ``prefix`` (of all keys by default); ``None`` if no
         key does. One lookup, whatever the number of keys under the prefix."""
+    def list_items(
+        self, channel: str, version: Union[str, int], marker: str
+    ) -> Optional[Tuple[Tuple[str, bytes], ...]]:
+        """The items of the LangGraph saver's list blob ``(channel, version)`` (key
+        ``"b:" + json.dumps([channel, version])``, value ``[marker, base version or None,
+        [[type, bytes], ...]]``), following its chain of bases, oldest first; ``None`` if
+        the chain cannot be resolved here (a blob absent or of another form, a version
+        neither ``str`` nor ``int``, a loop)."""
     def vars(self, prefix: str = "") -> Dict[str, Value]:
         """The variables whose key starts with ``prefix`` (all by default), as a new dict."""
     def state(self) -> StateDict:

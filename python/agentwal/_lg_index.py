@@ -200,6 +200,12 @@ class TaskIndex:
         last = self.resolved.get(channel)
         if last is not None and last[0] == version:
             return last[1]
+        if last is None and self._as_loaded():
+            # The whole chain in the engine: a lookup per base, no blob converted whole.
+            resolved = self._view.list_items(channel, version, _LIST)
+            if resolved is not None:
+                self.resolved[channel] = (version, resolved)
+                return resolved
         chain = []
         seen = set()
         v: Any = version

@@ -61,7 +61,11 @@ CALLS (default 30) rounds, alternating, on new connections: the rows a load of t
 state fetches today, every blob with the latest checkpoint and its writes by key range, and
 exactly the variables a fresh ``get_tuple`` reads; prints rows, bytes and medians.
 
-Commands for the last ten::
+``list-chain``: on the 200-step thread's loaded state, ROUNDS (default 60) times, a new
+index's items of the message list (401 items behind 200 bases), resolved in the engine
+(``StateView.list_items``) and by the saver's Python walk, alternating; prints both medians.
+
+Commands for the last eleven::
 
     target/pybench-pg/bin/python python/bench/pg_probes.py fresh-pair [CALLS]
     target/pybench-pg/bin/python python/bench/pg_probes.py deserialize
@@ -73,6 +77,7 @@ Commands for the last ten::
     target/pybench-pg/bin/python python/bench/pg_probes.py hot-reads [REPS]
     target/pybench-pg/bin/python python/bench/pg_probes.py fleet-turns [ROUNDS]
     target/pybench-pg/bin/python python/bench/pg_probes.py per-key-fetch [CALLS]
+    target/pybench-pg/bin/python python/bench/pg_probes.py list-chain [ROUNDS]
 """
 
 from __future__ import annotations
@@ -93,6 +98,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
 import agentwal.langgraph as lg
+from agentwal import PgStore
 from agentwal.langgraph import AgentwalSaver
 
 THREADS = 16
@@ -563,6 +569,52 @@ _RANGES_SQL = """WITH cp AS (SELECT max(key) AS k FROM kv
             AND key < 'w:["' || substr((SELECT k FROM cp), 4) || '"~'))"""
 
 
+class _NoEngineWalk:
+    """A StateView whose ``list_items`` declines: the saver walks list chains in Python."""
+
+    def __init__(self, view: Any) -> None:
+        self._view = view
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._view, name)
+
+    def __contains__(self, key: str) -> bool:
+        return key in self._view
+
+    def list_items(self, *args: Any) -> None:
+        return None
+
+
+def list_chain(rounds: int) -> None:
+    """On the 200-step thread's loaded state, a new index's items of the message list
+    (401 items, 200 bases): resolved in the engine (StateView.list_items) against the
+    saver's Python walk, alternating; prints both medians."""
+    s = b.Saver("agentwal")
+    try:
+        saver = s.open(setup=True)
+        b.run_thread(saver, "thread-200", 200)
+        saver.close()
+        store = PgStore.open(b.URL, schema=s.schema)
+        view = store.load_latest_view(lg.task_name("thread-200", ""))
+        idx = lg._TaskIndex(view.seq, view.created_at_ms, view)
+        serde = JsonPlusSerializer()
+        version = serde.loads_typed(idx.cp(idx.latest()).checkpoint)["channel_versions"][
+            "messages"]
+        got: Dict[str, List[float]] = {"engine": [], "python": []}
+        for _ in range(rounds):
+            for name, v in (("engine", view), ("python", _NoEngineWalk(view))):
+                fresh = lg._TaskIndex(view.seq, view.created_at_ms, v)
+                t0 = time.perf_counter()
+                items = fresh.items("messages", version)
+                got[name].append(time.perf_counter() - t0)
+                assert items is not None and len(items) == 401
+        store.close()
+        print("message list's items on a new index: " + ", ".join(
+            f"{k} {statistics.median(x) * 1e3:.3f} ms" for k, x in got.items()))
+    finally:
+        s.drop()
+
+
 def main() -> None:
     what = sys.argv[1] if len(sys.argv) > 1 else ""
     count = int(sys.argv[2]) if len(sys.argv) > 2 else None
@@ -586,6 +638,8 @@ def main() -> None:
         put_cpu()
     elif what == "gil":
         gil(count or 3)
+    elif what == "list-chain":
+        list_chain(count or 60)
     elif what == "per-key-fetch":
         per_key_fetch(count or 30)
     elif what == "fleet-turns":
@@ -597,7 +651,7 @@ def main() -> None:
         sys.exit("usage: pg_probes.py threads-cpu [REPS] | fresh-get-tuple [CALLS] | "
                  "fresh-pair [CALLS] | deserialize | fan-out-writes [N] | keys | composition | "
                  "put-cpu | gil [REPS] | hot-reads [REPS] | fleet-turns [ROUNDS] | "
-                 "per-key-fetch [CALLS]")
+                 "per-key-fetch [CALLS] | list-chain [ROUNDS]")
 
 
 if __name__ == "__main__":

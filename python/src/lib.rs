@@ -8,6 +8,7 @@
 
 mod convert;
 mod errors;
+mod list_chain;
 mod ops;
 mod pg;
 mod types;

@@ -8,9 +8,10 @@ use std::sync::Arc;
 
 use agentwal::{AgentState, Value};
 use pyo3::prelude::*;
-use pyo3::types::PyDict;
+use pyo3::types::{PyBytes, PyDict, PyInt, PyString, PyTuple};
 
 use crate::convert::{from_state, from_value};
+use crate::list_chain;
 
 /// A loaded checkpoint whose state stays in the engine's memory (shared with its cache,
 /// not copied) until a variable is asked for.
@@ -96,6 +97,49 @@ impl StateView {
             out.set_item(k, from_value(py, v)?)?;
         }
         Ok(out)
+    }
+
+    /// The items of the LangGraph saver's list blob ``(channel, version)`` (``version``
+    /// a ``str`` or ``int``), following its chain of bases, oldest first, as a tuple of
+    /// ``(type, bytes)`` tuples; ``None`` if the chain cannot be resolved here (a blob
+    /// absent or of another form than ``[marker, base, items]``, another version type, a
+    /// loop): the saver then walks it in Python.
+    fn list_items<'py>(
+        &self,
+        py: Python<'py>,
+        channel: &str,
+        version: &Bound<'py, PyAny>,
+        marker: &str,
+    ) -> PyResult<Option<Bound<'py, PyTuple>>> {
+        let text;
+        let version = if version.is_exact_instance_of::<PyString>() {
+            text = version.extract::<String>()?;
+            list_chain::Version::Str(&text)
+        } else if let Some(n) = version
+            .is_exact_instance_of::<PyInt>()
+            .then(|| version.extract::<i64>().ok())
+            .flatten()
+        {
+            list_chain::Version::Int(n)
+        } else {
+            return Ok(None);
+        };
+        let Some(items) = list_chain::items(&self.state.vars, channel, version, marker) else {
+            return Ok(None);
+        };
+        let items = items
+            .into_iter()
+            .map(|(t, b)| {
+                PyTuple::new(
+                    py,
+                    [
+                        t.into_pyobject(py)?.into_any(),
+                        PyBytes::new(py, b).into_any(),
+                    ],
+                )
+            })
+            .collect::<PyResult<Vec<_>>>()?;
+        Ok(Some(PyTuple::new(py, items)?))
     }
 
     /// The whole state, as ``Checkpoint.state`` has it (a new dict).

@@ -79,6 +79,7 @@ class _CountingView:
         self._view, self._log = view, log
         self.seq, self.created_at_ms = view.seq, view.created_at_ms
         self.prefixes: List[str] = []  # of the key queries
+        self.lists: List[str] = []  # the channels whose list chains the engine resolved
 
     def var(self, key: str) -> Any:
         self._log.append(key)
@@ -91,6 +92,10 @@ class _CountingView:
     def last_key(self, prefix: str = "") -> Any:
         self.prefixes.append(prefix)
         return self._view.last_key(prefix)
+
+    def list_items(self, channel: str, version: Any, marker: str) -> Any:
+        self.lists.append(channel)
+        return self._view.list_items(channel, version, marker)
 
     def __contains__(self, key: str) -> bool:
         return key in self._view
@@ -157,6 +162,9 @@ def test_a_fresh_saver_reads_only_the_latest_checkpoint(store):
     assert total > 5 * len(read), (total, len(read))
     # Nor every key: the newest checkpoint id and its writes' keys are looked up by prefix.
     assert "" not in counting.views[0].prefixes, counting.views[0].prefixes
+    # The message list's chain of bases is walked in the engine, not blob by blob here.
+    assert counting.views[0].lists == ["messages"]
+    assert len(blobs) <= len(got.checkpoint["channel_versions"]), blobs
     # A second read of an unchanged thread: one latest_info, no variable read again.
     before = len(read)
     assert _tuple_data(fresh.get_tuple(config)) == _tuple_data(expected)
@@ -256,6 +264,60 @@ def test_keys_are_the_json_of_their_ids():
             assert blob_key(a, b) == "b:" + json.dumps([a, b])
             for i in (0, 3, -1, True):
                 assert write_key(a, b, i) == "w:" + json.dumps([a, b, i])
+
+
+def test_list_chains_resolved_in_the_engine_are_the_python_walk(tmp_path):
+    """``StateView.list_items`` (the engine's walk of a list blob's bases, keys built as
+    ``json.dumps`` builds them) gives what the saver's Python walk gives, for channels and
+    versions of any characters; where it cannot (a version neither str nor int, a broken
+    chain, another marker, a loop) it gives None, never other items."""
+    import random
+
+    from agentwal._lg_index import _LIST, TaskIndex, blob_key
+
+    rng = random.Random(11)
+    alphabet = ['a', 'Z', '0', ' ', '"', '\\', '/', '\x00', '\x1f', '\x7f', '\x80', 'é',
+                '\u2028', '\uffff', '\U0001f600', '.', '[', ']', ', ']
+
+    def word() -> str:
+        return "".join(rng.choice(alphabet) for _ in range(rng.randrange(7)))
+
+    chains = []  # (channel, versions oldest first)
+    sets: dict = {}
+    for n in range(60):
+        channel = word() if n % 3 else "messages"
+        versions: List[Any] = []
+        for _ in range(rng.randrange(1, 6)):
+            v: Any = rng.choice([word(), rng.randrange(-5, 10**12), f"{n:032}.{rng.random():016}"])
+            if v in versions:
+                continue
+            base = versions[-1] if versions else None
+            items = [[word() or "msgpack", bytes(rng.randrange(256) for _ in range(rng.randrange(4)))]
+                     for _ in range(rng.randrange(3))]
+            sets[blob_key(channel, v)] = [_LIST, base, items]
+            versions.append(v)
+        chains.append((channel, versions))
+    # Chains the engine must leave to Python: a float version, a missing base, a plain
+    # blob, another marker, a loop.
+    sets[blob_key("f", 1.5)] = [_LIST, None, [["t", b"x"]]]
+    sets[blob_key("gap", "2")] = [_LIST, "1", [["t", b"x"]]]
+    sets[blob_key("plain", "1")] = ["msgpack", b"x"]
+    sets[blob_key("other", "1")] = ["other.list", None, [["t", b"x"]]]
+    sets[blob_key("loop", "1")] = [_LIST, "2", []]
+    sets[blob_key("loop", "2")] = [_LIST, "1", []]
+    with Store.open(tmp_path / "s") as store:
+        store.commit("t", {"set": sets})
+        view = store.load_latest_view("t")
+    for channel, versions in chains:
+        for v in versions:
+            python_walk = TaskIndex(1, None, None)
+            python_walk._set = dict(sets)
+            expected = python_walk.items(channel, v)
+            assert expected is not None
+            assert view.list_items(channel, v, _LIST) == expected, (channel, v)
+    for channel, v in (("f", 1.5), ("gap", "2"), ("plain", "1"), ("other", "1"),
+                       ("loop", "1"), ("absent", "1"), ("messages", True)):
+        assert view.list_items(channel, v, _LIST) is None, (channel, v)
 
 
 class _CallLog:
