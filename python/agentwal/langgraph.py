@@ -141,7 +141,8 @@ class AgentwalSaver(AsyncTwins, BaseCheckpointSaver[str]):
                 "store must be an agentwal.Store, an agentwal.PgStore, a postgresql:// URL or "
                 f"a path, got {type(store).__name__}"
             )
-        self._locks = tuple(threading.RLock() for _ in range(_STRIPES))
+        # Made on first use (a saver opened per request takes a few, not 512).
+        self._locks: Dict[int, Any] = {}
         self._index: Dict[str, _TaskIndex] = {}
 
     # -- lifecycle ---------------------------------------------------------------------
@@ -174,11 +175,17 @@ class AgentwalSaver(AsyncTwins, BaseCheckpointSaver[str]):
         stack = ExitStack()
         try:
             for i in stripes:
-                stack.enter_context(self._locks[i])
+                stack.enter_context(self._stripe(i))
         except BaseException:  # e.g. KeyboardInterrupt while waiting: release what was taken
             stack.close()
             raise
         return stack
+
+    def _stripe(self, i: int) -> Any:
+        """The lock of stripe ``i``, made on first use: ``dict.setdefault`` is atomic, so
+        threads that race to make it all get the one that was kept."""
+        lock = self._locks.get(i)
+        return lock if lock is not None else self._locks.setdefault(i, threading.RLock())
 
     def _task(self, task: str, *, fresh: bool = True) -> _TaskIndex:
         """The index of ``task``. The cache is a hint, never the truth: other savers,

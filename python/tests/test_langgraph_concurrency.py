@@ -102,3 +102,23 @@ def test_threads_share_one_saver(tmp_path):
     with AgentwalSaver(tmp_path / "store") as saver:
         for i in range(THREADS):
             assert len(_history(saver, f"t-{i}")) == STEPS + 2
+
+
+def test_threads_racing_to_make_a_stripe_lock_all_get_one(tmp_path):
+    """The saver makes its stripe locks on first use: threads that ask for the same new
+    stripe at once all get the same lock, so the stripe still excludes them."""
+    with AgentwalSaver(tmp_path / "store") as saver:
+        for stripe in range(40):
+            barrier = threading.Barrier(16)
+            got = []
+
+            def ask(stripe: int = stripe) -> None:
+                barrier.wait()
+                got.append(saver._stripe(stripe))
+
+            threads = [threading.Thread(target=ask) for _ in range(16)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            assert len(got) == 16 and all(lock is got[0] for lock in got), stripe

@@ -201,14 +201,21 @@ impl<S: State> PgStore<S> {
         options.validate()?;
         let shared = conn::Shared::new(url, options.clone(), false)?;
         let schema = options.schema.clone();
-        shared.run_read("creating or migrating the schema", async |c| {
-            schema::migrate(c, &schema).await
+        shared.run_read("opening the schema", async |c| {
+            // Both requests go out before either answer is read: one round trip, where
+            // the schema is already at this build's version.
+            let (version, lz4) = tokio::join!(schema::stored_version(c), async {
+                match options.toast_lz4 {
+                    true => shared.toast.enable_lz4(c).await,
+                    false => Ok(()),
+                }
+            });
+            lz4?;
+            if version? != Some(schema::SCHEMA_VERSION) {
+                schema::migrate(c, &schema).await?;
+            }
+            Ok(())
         })?;
-        if options.toast_lz4 {
-            shared.run_read("asking the server for lz4", async |c| {
-                shared.toast.enable_lz4(c).await
-            })?;
-        }
         Ok(PgStore {
             shared: Arc::new(shared),
             lease: None,

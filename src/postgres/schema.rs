@@ -95,7 +95,7 @@ const MIGRATIONS: &[&[&str]] = &[
 
 /// The schema's version as stored, `None` if it has no `schema_version` table (or no
 /// schema); one statement.
-async fn stored_version(c: &Client) -> Attempt<Option<i32>> {
+pub(super) async fn stored_version(c: &Client) -> Attempt<Option<i32>> {
     match c
         .query_typed_opt("SELECT version FROM schema_version WHERE id = 1", &[])
         .await
@@ -106,11 +106,10 @@ async fn stored_version(c: &Client) -> Attempt<Option<i32>> {
     }
 }
 
-/// Creates the schema or brings it to [`SCHEMA_VERSION`].
+/// Creates the schema or brings it to [`SCHEMA_VERSION`], for a schema that was not at it
+/// when the caller read its version ([`stored_version`]): under the schema's advisory
+/// lock, so that handles opening at once migrate one after another.
 pub(super) async fn migrate(c: &mut Client, schema: &str) -> Attempt<()> {
-    if stored_version(c).await? == Some(SCHEMA_VERSION) {
-        return Ok(());
-    }
     let key = format!("agentwal:{schema}");
     c.execute("SELECT pg_advisory_lock(hashtext($1))", &[&key])
         .await?;
