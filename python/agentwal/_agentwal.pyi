@@ -595,9 +595,9 @@ class PgStore:
     def catch_up_view(self, view: StateView) -> Optional[StateView]:
         """The newest checkpoint of ``view``'s task as a :class:`StateView`, built from
         ``view`` and the deltas committed after it in one round trip that reads only those
-        (the same checkpoint if nothing was committed since); ``None`` if it cannot be built that
-        way (a snapshot was stored after it, or the task was deleted or written again):
-        then :meth:`load_latest_view` reads it."""
+        (the same checkpoint if nothing was committed since); ``None`` if it cannot be
+        built that way (a snapshot was stored after it, or the task was deleted or written
+        again): then :meth:`load_latest_view` reads it."""
     def load(self, task: str, seq: int) -> Optional[Checkpoint]:
         """As :meth:`Store.load`."""
     def load_latest_matching(

@@ -192,9 +192,10 @@ class AgentwalSaver(AsyncTwins, BaseCheckpointSaver[str]):
         processes and hosts commit to the same store. With ``fresh`` (every read) a cached
         index is used only while the store's latest checkpoint is the one it was read at
         (``latest_info``: a lookup in memory locally, one query on PostgreSQL), else the
-        index is brought up to date (``_catch_up``) or the task read again. Without it (writes) the cached index is used as it is: the
-        write is conditional on its seq (``commit_if``), so a stale index gets a conflict
-        and the write is recomputed from a fresh one, never applied."""
+        index is brought up to date (``_catch_up``) or the task read again. Without it
+        (writes) the cached index is used as it is: the write is conditional on its seq
+        (``commit_if``), so a stale index gets a conflict and the write is recomputed from
+        a fresh one, never applied."""
         idx = self._index.get(task)
         if idx is not None:
             if not fresh:

@@ -104,15 +104,12 @@ class _CountingView:
         return len(self._view)
 
 
-class _CountingStore:
-    """The saver's store, recording each call the saver makes (and the variables it reads
-    from a loaded view)."""
+class _CallLog:
+    """A store that records the name of each call made through it."""
 
     def __init__(self, store: Any) -> None:
         self._store = store
         self.calls: List[str] = []
-        self.vars_read: List[str] = []
-        self.views: List[_CountingView] = []
 
     def __getattr__(self, name: str) -> Any:
         target = getattr(self._store, name)
@@ -121,13 +118,29 @@ class _CountingStore:
 
         def call(*args: Any, **kwargs: Any) -> Any:
             self.calls.append(name)
-            out = target(*args, **kwargs)
-            if name == "load_latest_view" and out is not None:
-                self.views.append(_CountingView(out, self.vars_read))
-                return self.views[-1]
-            return out
+            return self._answer(name, target(*args, **kwargs))
 
         return call
+
+    def _answer(self, name: str, out: Any) -> Any:
+        """What the call ``name`` returns through this store (``out``, as the store gave it)."""
+        return out
+
+
+class _CountingStore(_CallLog):
+    """The saver's store, recording each call the saver makes (and the variables it reads
+    from a loaded view)."""
+
+    def __init__(self, store: Any) -> None:
+        super().__init__(store)
+        self.vars_read: List[str] = []
+        self.views: List[_CountingView] = []
+
+    def _answer(self, name: str, out: Any) -> Any:
+        if name == "load_latest_view" and out is not None:
+            self.views.append(_CountingView(out, self.vars_read))
+            return self.views[-1]
+        return out
 
 
 def _tuple_data(t: Any) -> Any:
@@ -318,24 +331,6 @@ def test_list_chains_resolved_in_the_engine_are_the_python_walk(tmp_path):
     for channel, v in (("f", 1.5), ("gap", "2"), ("plain", "1"), ("other", "1"),
                        ("loop", "1"), ("absent", "1"), ("messages", True)):
         assert view.list_items(channel, v, _LIST) is None, (channel, v)
-
-
-class _CallLog:
-    """A store that records the name of each call made through it."""
-
-    def __init__(self, store: Any) -> None:
-        self._store, self.calls = store, []
-
-    def __getattr__(self, name: str) -> Any:
-        target = getattr(self._store, name)
-        if not callable(target):
-            return target
-
-        def call(*args: Any, **kwargs: Any) -> Any:
-            self.calls.append(name)
-            return target(*args, **kwargs)
-
-        return call
 
 
 def _turn(saver: Any, config: dict, turn: int) -> None:

@@ -205,9 +205,10 @@ impl<S: State> PgStore<S> {
             // Both requests go out before either answer is read: one round trip, where
             // the schema is already at this build's version.
             let (version, lz4) = tokio::join!(schema::stored_version(c), async {
-                match options.toast_lz4 {
-                    true => shared.toast.enable_lz4(c).await,
-                    false => Ok(()),
+                if options.toast_lz4 {
+                    shared.toast.enable_lz4(c).await
+                } else {
+                    Ok(())
                 }
             });
             lz4?;

@@ -11,8 +11,8 @@
 //!
 //! A prepared statement outlives the tables it was planned on: a schema dropped and created
 //! again under a handle that is open has the server parse and plan it again from its text,
-//! on the new tables, or fail it with SQLSTATE 0A000 if their
-//! columns changed (a definite error); a failed connection is dropped with its statements.
+//! on the new tables, or fail it with SQLSTATE 0A000 if their columns changed (a definite
+//! error); a failed connection is dropped with its statements.
 
 use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::{Client, GenericClient, Row, Statement, Transaction};

@@ -30,8 +30,13 @@ pub fn url() -> String {
 /// One value from `psql` on the test server: what `sql` printed (unaligned, tuples only);
 /// fails the test, with psql's error, if it fails.
 pub fn psql(sql: &str) -> String {
+    psql_at(&host(), sql)
+}
+
+/// [`psql`] on the server whose socket directory is `host`.
+pub fn psql_at(host: &str, sql: &str) -> String {
     let out = std::process::Command::new("runuser")
-        .args(["-u", "postgres", "--", "psql", "-h", &host()])
+        .args(["-u", "postgres", "--", "psql", "-h", host])
         .args(["-U", "postgres", "-d", "postgres", "-qAt", "-c", sql])
         .output()
         .expect("run psql");

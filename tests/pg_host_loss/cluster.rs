@@ -103,16 +103,4 @@ impl Drop for Pair {
 }
 
 /// One value from `psql` on the server at `host`.
-pub(crate) fn psql(host: &str, sql: &str) -> String {
-    let out = Command::new("runuser")
-        .args(["-u", "postgres", "--", "psql", "-h", host])
-        .args(["-U", "postgres", "-d", "postgres", "-qAt", "-c", sql])
-        .output()
-        .expect("run psql");
-    assert!(
-        out.status.success(),
-        "psql {sql:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
-}
+pub(crate) use crate::common::pg::psql_at as psql;
