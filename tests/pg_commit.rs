@@ -497,3 +497,46 @@ fn a_latest_load_from_missing_rows_is_an_error_not_a_state() {
         }
     }
 }
+
+#[test]
+fn a_snapshot_commit_reads_the_row_and_the_state_in_one_round_trip() {
+    let schema = common::pg::fresh_schema("snapshot_trips");
+    let url = common::pg::url();
+    let a: PgStore = PgStore::open(&url, options(&schema, 4)).unwrap();
+    assert_eq!(a.commit("t", &step(1)).unwrap(), 1);
+    let mut trips = vec![];
+    for n in 2..=16 {
+        let before = a.commit_round_trips();
+        assert_eq!(a.commit("t", &step(n)).unwrap(), n);
+        trips.push((n, a.commit_round_trips() - before));
+    }
+    let snapshots: Vec<u64> = a
+        .list_checkpoints("t")
+        .unwrap()
+        .iter()
+        .filter(|i| i.snapshot)
+        .map(|i| i.seq)
+        .collect();
+    assert_eq!(snapshots, [4, 8, 12, 16]);
+    for (n, t) in trips {
+        // A snapshot: one statement reads the row and the state, one writes. A delta: one.
+        let expected = if snapshots.contains(&n) { 2 } else { 1 };
+        assert_eq!(t, expected, "commit {n}");
+    }
+    // A snapshot due on a stale hint costs no more: the read gives the row as it is.
+    let b: PgStore = PgStore::open(&url, options(&schema, 4)).unwrap();
+    for n in 17..=19 {
+        assert_eq!(a.commit("t", &step(n)).unwrap(), n);
+    }
+    let before = b.commit_round_trips();
+    assert_eq!(b.commit("t", &step(20)).unwrap(), 20);
+    // b has no hint of t: it prepares its two statements (2) and calls the function,
+    // whose answer (stale) gives the row (1), on which a snapshot is due: then the read and
+    // the write (2).
+    assert_eq!(b.commit_round_trips() - before, 5);
+    let last = b.list_checkpoints("t").unwrap();
+    assert!(last.last().unwrap().snapshot);
+    let reference: PgStore = common::pg::store("snapshot_trips_ref", options("x", 1024));
+    alternate(&[&reference], "t", 20);
+    assert_same_history((&b, "t"), (&reference, "t"), 20);
+}

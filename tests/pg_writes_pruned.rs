@@ -160,3 +160,84 @@ fn write_ids_kept_of_zero_is_refused() {
     let r = PgStore::<agentwal::AgentState>::open("host=/nonexistent", options);
     assert!(matches!(r, Err(Error::InvalidArgument(_))), "{r:?}");
 }
+
+#[test]
+fn a_prune_that_meets_a_held_watermark_gives_up_at_its_lock_timeout_and_the_write_stands() {
+    use std::io::Write;
+    use std::process::{Command, Stdio};
+
+    let options = PgOptions {
+        write_ids_kept: Duration::from_secs(1),
+        ..PgOptions::default()
+    };
+    let store: PgStore = common::pg::store("prune_lock", options);
+    let schema = store.options().schema.clone();
+    let watermark = || common::pg::psql(&format!("SELECT before_ms FROM {schema}.writes_pruned"));
+    // A session that holds the watermark row as a resolve does while it waits for an open
+    // write (`FOR SHARE`), in a transaction left open until it is told to commit.
+    let mut holder = Command::new("runuser")
+        .args(["-u", "postgres", "--", "psql", "-h", &common::pg::host()])
+        .args([
+            "-U",
+            "postgres",
+            "-d",
+            "postgres",
+            "-qAt",
+            "-v",
+            "ON_ERROR_STOP=1",
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("run psql");
+    let mut to_holder = holder.stdin.take().expect("psql's stdin");
+    writeln!(
+        to_holder,
+        "BEGIN; SELECT before_ms FROM {schema}.writes_pruned FOR SHARE;"
+    )
+    .unwrap();
+    to_holder.flush().unwrap();
+    // The holder's lock is taken once a prune waits for it: check that the row is locked.
+    let locked = format!(
+        "SELECT count(*) FROM pg_locks l JOIN pg_class c ON c.oid = l.relation \
+         JOIN pg_namespace n ON n.oid = c.relnamespace \
+         WHERE n.nspname = '{schema}' AND c.relname = 'writes_pruned' AND l.granted"
+    );
+    let started = std::time::Instant::now();
+    while common::pg::psql(&locked) == "0" {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "the holder never locked"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(1200));
+
+    // The 64th write prunes: it meets the lock, gives up after its `lock_timeout` (100 ms,
+    // not the prune's 1 s bound), and the write's `Ok` stands.
+    let mut slowest = Duration::ZERO;
+    for n in 1..=64u64 {
+        let t = std::time::Instant::now();
+        assert_eq!(store.commit("t", &step(n)).unwrap(), n);
+        slowest = slowest.max(t.elapsed());
+    }
+    assert!(
+        slowest < Duration::from_millis(900),
+        "a commit took {slowest:?}"
+    );
+    assert_eq!(
+        watermark(),
+        "0",
+        "the prune held back by the lock changed nothing"
+    );
+
+    writeln!(to_holder, "COMMIT;").unwrap();
+    drop(to_holder);
+    assert!(holder.wait().unwrap().success());
+    // The next prune, unhindered, raises the watermark and deletes what aged.
+    for n in 65..=128u64 {
+        assert_eq!(store.commit("t", &step(n)).unwrap(), n);
+    }
+    assert_ne!(watermark(), "0", "the next prune ran");
+    assert_eq!(store.list_checkpoints("t").unwrap().len(), 128);
+}

@@ -18,7 +18,7 @@ use super::commit_fast;
 use super::commit_fn::{self, Answer, CALL_SQL, CALL_TYPES, Call};
 use super::conn::{Attempt, Conn, Fail, Shared, attempt};
 use super::hint::Hint;
-use super::load::fold;
+use super::load::latest;
 use super::protocol::judge_fence;
 use super::writes::{NewCheckpoint, advance};
 use crate::error::{Error, Result};
@@ -43,9 +43,6 @@ struct Prepared {
 struct Pending {
     /// The row the next decision is made on.
     hint: Hint,
-    /// Whether `hint` is the row the server returned during this call (not a hint kept
-    /// from an earlier call).
-    confirmed: bool,
     prepared: Option<Arc<Prepared>>,
 }
 
@@ -66,18 +63,17 @@ struct Attempted<'a, S: State> {
 enum Step {
     /// Call the function with a delta (`false`) or the prepared snapshot (`true`).
     Write { snapshot: bool },
-    /// A snapshot is due on a row not confirmed yet: call the function to read the row.
-    ReadRow,
-    /// A snapshot is due on the confirmed row and none is prepared: prepare it.
+    /// A snapshot is due and none is prepared: read the task's row and latest state, and
+    /// prepare it on them.
     Prepare,
 }
 
 /// The snapshot policy (the local store's, `snapshot_due`) on the row `p.hint`. A history
 /// written under another schema version is rebuilt (through the migration hooks, refusing
 /// the commit if it cannot be read) and snapshotted first (docs/store.md §6). A snapshot is
-/// prepared only for a row the server confirmed; if the task moved on since, the delta is
-/// written and the snapshot stays due for the next commit (a delta is always correct, a
-/// snapshot is an optimization).
+/// prepared once per commit, on the row read with the state (which becomes the hint); if
+/// the task moved on since, the delta is written and the snapshot stays due for the next
+/// commit (a delta is always correct, a snapshot is an optimization).
 fn decide(p: &Pending, delta_len: u64, version: u32, snapshot_every: u32) -> Step {
     let due =
         snapshot_due(p.hint.counters, delta_len, snapshot_every) || p.hint.foreign_schema(version);
@@ -86,8 +82,7 @@ fn decide(p: &Pending, delta_len: u64, version: u32, snapshot_every: u32) -> Ste
         (true, Some(prepared)) => Step::Write {
             snapshot: prepared.base == p.hint.latest_seq,
         },
-        (true, None) if p.confirmed => Step::Prepare,
-        (true, None) => Step::ReadRow,
+        (true, None) => Step::Prepare,
     }
 }
 
@@ -130,17 +125,17 @@ async fn commit_attempt<S: State>(
         };
         let answer = match step {
             Step::Prepare => {
-                let bytes = prepare_snapshot::<S>(shared, c, a.task, hint.latest_seq, a.delta);
-                let bytes = bytes.await?;
-                let base = hint.latest_seq;
-                pending.lock().prepared = Some(Arc::new(Prepared { base, bytes }));
+                let (row, prepared) =
+                    prepare_snapshot::<S>(shared, c, a.task, &hint, a.delta).await?;
+                let mut p = pending.lock();
+                p.hint = row;
+                p.prepared = Some(Arc::new(prepared));
                 continue;
             }
-            Step::ReadRow => call(shared, c, id, a, &hint, None).await?,
-            Step::Write { snapshot: false } => call(shared, c, id, a, &hint, Some(None)).await?,
+            Step::Write { snapshot: false } => call(shared, c, id, a, &hint, None).await?,
             Step::Write { snapshot: true } => {
                 let body = snapshot.as_deref().map(|p| p.bytes.as_slice());
-                call(shared, c, id, a, &hint, Some(body)).await?
+                call(shared, c, id, a, &hint, body).await?
             }
         };
         match answer {
@@ -151,9 +146,7 @@ async fn commit_attempt<S: State>(
             }
             Answer::Stale(row) => {
                 shared.hints.put(a.task, row.clone());
-                let mut p = pending.lock();
-                p.hint = row;
-                p.confirmed = true;
+                pending.lock().hint = row;
             }
             Answer::Conflict(row) => {
                 let actual = row.latest_seq;
@@ -176,18 +169,18 @@ async fn commit_attempt<S: State>(
 }
 
 /// One call on `hint`: the usual case's statement when it may take the call, then the
-/// commit function if the statement left it the call. `write`: `None` only reads the row;
-/// `Some` writes the delta, or the snapshot given.
+/// commit function if the statement left it the call. Writes the delta, or the snapshot
+/// given.
 async fn call<S: State>(
     shared: &Shared,
     c: &Conn,
     id: &str,
     a: &Attempted<'_, S>,
     hint: &Hint,
-    write: Option<Option<&[u8]>>,
+    snapshot_body: Option<&[u8]>,
 ) -> Attempt<Answer> {
-    let snapshot = matches!(write, Some(Some(_)));
-    let body = write.flatten().unwrap_or(a.delta_bytes);
+    let snapshot = snapshot_body.is_some();
+    let body = snapshot_body.unwrap_or(a.delta_bytes);
     let cp = NewCheckpoint {
         seq: hint.latest_seq + 1,
         // The server writes the later of this and the previous checkpoint's time.
@@ -202,7 +195,7 @@ async fn call<S: State>(
         task: a.task,
         epoch: a.epoch,
         expected: a.expected,
-        decided_on: write.map(|_| hint),
+        decided_on: hint,
         write_id: id,
         now_ms: cp.created_at_ms,
         schema_version: S::VERSION,
@@ -221,24 +214,33 @@ async fn call<S: State>(
     commit_fn::call(c, &call).await
 }
 
-/// The state after `delta` on top of checkpoint `base` (folded on `c`), encoded as a
-/// snapshot.
+/// The task's row and a snapshot prepared on it: its latest state (read with the row, in
+/// one statement, `load::latest`) after `delta`, encoded. A task not known to exist
+/// (`hint` at seq 0) starts from the default state without a read; the call then checks
+/// that it still has no checkpoint.
 async fn prepare_snapshot<S: State>(
     shared: &Shared,
     c: &Conn,
     task: &str,
-    base: u64,
+    hint: &Hint,
     delta: &S::Delta,
-) -> Attempt<Vec<u8>> {
-    let mut state = match base {
-        0 => S::default(),
+) -> Attempt<(Hint, Prepared)> {
+    let (row, mut state) = match hint.latest_seq {
+        0 => (hint.clone(), S::default()),
         _ => {
             shared.commit_round_trips.fetch_add(1, Ordering::Relaxed);
-            fold::<S>(&**c, task, base).await?.0
+            match latest::<S>(c, task).await? {
+                Some((row, state, _)) => (Hint::from(&row), state),
+                // The task was deleted: decide on the row of a task that does not exist.
+                None => (Hint::default(), S::default()),
+            }
         }
     };
+    shared.hints.put(task, row.clone());
     state.apply(delta);
-    Ok(codec::encode(&state)?)
+    let base = row.latest_seq;
+    let bytes = codec::encode(&state)?;
+    Ok((row, Prepared { base, bytes }))
 }
 
 impl<S: State> PgStore<S> {
@@ -290,7 +292,6 @@ impl<S: State> PgStore<S> {
         // must be `Send` for `AsyncPgStore` to spawn it.
         let pending = Mutex::new(Pending {
             hint: self.shared.hints.get(task),
-            confirmed: false,
             prepared: None,
         });
         let (shared, attempted, pending) = (&*self.shared, &attempted, &pending);
@@ -314,7 +315,7 @@ mod tests {
     use super::*;
     use crate::store::policy::SnapshotCounters;
 
-    fn pending(deltas: u32, confirmed: bool, prepared: Option<u64>) -> Pending {
+    fn pending(deltas: u32, prepared: Option<u64>) -> Pending {
         Pending {
             hint: Hint {
                 latest_seq: 10,
@@ -326,7 +327,6 @@ mod tests {
                 },
                 versions: vec![1],
             },
-            confirmed,
             prepared: prepared.map(|base| {
                 Arc::new(Prepared {
                     base,
@@ -337,14 +337,14 @@ mod tests {
     }
 
     #[test]
-    fn a_snapshot_is_prepared_only_on_a_confirmed_row_and_written_only_on_its_base() {
+    fn a_snapshot_is_prepared_once_and_written_only_on_its_base() {
         let write = |snapshot| Step::Write { snapshot };
-        assert_eq!(decide(&pending(1, false, None), 1, 1, 4), write(false));
-        assert_eq!(decide(&pending(3, false, None), 1, 1, 4), Step::ReadRow);
-        assert_eq!(decide(&pending(3, true, None), 1, 1, 4), Step::Prepare);
-        assert_eq!(decide(&pending(3, true, Some(10)), 1, 1, 4), write(true));
-        assert_eq!(decide(&pending(3, true, Some(9)), 1, 1, 4), write(false));
+        assert_eq!(decide(&pending(1, None), 1, 1, 4), write(false));
+        assert_eq!(decide(&pending(3, None), 1, 1, 4), Step::Prepare);
+        assert_eq!(decide(&pending(3, Some(10)), 1, 1, 4), write(true));
+        // Prepared on a row the task has moved on from: the delta, never a second prepare.
+        assert_eq!(decide(&pending(3, Some(9)), 1, 1, 4), write(false));
         // Another schema version in the history: due whatever the counters.
-        assert_eq!(decide(&pending(1, false, None), 1, 2, 4), Step::ReadRow);
+        assert_eq!(decide(&pending(1, None), 1, 2, 4), Step::Prepare);
     }
 }

@@ -72,7 +72,7 @@ pub(super) const FAST_TYPES: &[Type] = &[
 /// `commit_if` expecting that seq or nothing, and no retention to apply (the function
 /// prunes).
 pub(super) fn eligible<'a>(a: &Call<'a>) -> Option<&'a Hint> {
-    let hint = a.decided_on?;
+    let hint = a.decided_on;
     let expected_ok = a.expected.is_none_or(|e| e == hint.latest_seq);
     (hint.latest_seq > 0 && expected_ok && a.prune.is_none()).then_some(hint)
 }

@@ -171,9 +171,9 @@ pub(super) struct Call<'a> {
     pub task: &'a str,
     pub epoch: Option<u64>,
     pub expected: Option<u64>,
-    /// The row the decision was made for; `None`: only read the row (fence and
-    /// `commit_if` checks included).
-    pub decided_on: Option<&'a Hint>,
+    /// The row the decision was made for. (The function also takes none, and then only
+    /// reads the row; no call of this build asks for that.)
+    pub decided_on: &'a Hint,
     pub write_id: &'a str,
     pub now_ms: u64,
     pub schema_version: u32,
@@ -221,7 +221,7 @@ pub(super) fn answered_row(row: &Row) -> Attempt<Hint> {
 
 /// Calls the commit function: one statement, one round trip.
 pub(super) async fn call(c: &impl Session, a: &Call<'_>) -> Attempt<Answer> {
-    let d = a.decided_on;
+    let d = Some(a.decided_on);
     let latest = d.map(|h| int(h.latest_seq));
     let snapshot_bytes = d.map(|h| int(h.counters.snapshot_bytes));
     let deltas = d.map(|h| h.counters.deltas_since_snapshot as i32);

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use tokio_postgres::types::Type;
 use tokio_postgres::{Client, GenericClient, IsolationLevel, Row};
 
-use super::conn::{Attempt, Fail, RowExt, attempt};
+use super::conn::{Attempt, Conn, Fail, RowExt, attempt};
 use super::hint::Hint;
 use super::statements;
 use super::{PgOptions, PgStore};
@@ -219,6 +219,26 @@ fn fold_rows<S: State>(task: &str, seq: u64, rows: &[Row], at: usize) -> Attempt
     Ok((state, created_at_ms))
 }
 
+/// The task's row and its latest state with that checkpoint's `created_at_ms`, in one
+/// statement (`LATEST_SQL`); `None` if the task has no row, the default state (and 0) if
+/// it has no checkpoint.
+pub(super) async fn latest<S: State>(c: &Conn, task: &str) -> Attempt<Option<(TaskRow, S, u64)>> {
+    let rows = statements::query_hot(c, LATEST_SQL, &[(&task.as_bytes(), Type::BYTEA)]).await?;
+    let Some(first) = rows.first() else {
+        return Ok(None);
+    };
+    let row = TaskRow::from_row(first)?;
+    if row.latest_seq == 0 {
+        return Ok(Some((row, S::default(), 0)));
+    }
+    debug_assert_eq!(first.len(), TASK_COLUMN_COUNT + 5, "LATEST_SQL's columns");
+    // The join's one row of nulls: no checkpoint row (`fold_rows` says so).
+    let none = first.col::<Option<i64>>(TASK_COLUMN_COUNT)?.is_none();
+    let fold = if none { &rows[..0] } else { &rows[..] };
+    let (state, created_at_ms) = fold_rows::<S>(task, row.latest_seq, fold, TASK_COLUMN_COUNT)?;
+    Ok(Some((row, state, created_at_ms)))
+}
+
 /// Starts a read-only transaction that sees one snapshot of the database.
 async fn read_tx(c: &mut Client) -> Attempt<tokio_postgres::Transaction<'_>> {
     Ok(c.build_transaction()
@@ -242,24 +262,14 @@ impl<S: State> PgStore<S> {
             .run_read_async(
                 "loading a checkpoint",
                 attempt!(|c| {
-                    let rows =
-                        statements::query_hot(c, LATEST_SQL, &[(&task.as_bytes(), Type::BYTEA)])
-                            .await?;
-                    let Some(first) = rows.first() else {
+                    let Some((row, state, created_at_ms)) = latest::<S>(c, task).await? else {
                         return Ok(None);
                     };
-                    let row = TaskRow::from_row(first)?;
                     // What a commit after this load decides on (a hint: checked by the commit).
                     self.shared.hints.put(task, Hint::from(&row));
                     if row.latest_seq == 0 {
                         return Ok(None);
                     }
-                    debug_assert_eq!(first.len(), TASK_COLUMN_COUNT + 5, "LATEST_SQL's columns");
-                    // The join's one row of nulls: no checkpoint row (`fold_rows` says so).
-                    let none = first.col::<Option<i64>>(TASK_COLUMN_COUNT)?.is_none();
-                    let fold = if none { &rows[..0] } else { &rows[..] };
-                    let (state, created_at_ms) =
-                        fold_rows::<S>(task, row.latest_seq, fold, TASK_COLUMN_COUNT)?;
                     Ok(Some(checkpoint(task, row.latest_seq, created_at_ms, state)))
                 }),
             )

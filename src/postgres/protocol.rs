@@ -58,22 +58,32 @@ const PRUNE_ROWS_MAX: i64 = 1000;
 /// `PRUNE_EVERY` writes later.
 const PRUNE_TIME_MAX: std::time::Duration = std::time::Duration::from_secs(1);
 
-/// Raises the watermark to (server time − `write_ids_kept`), never lowering it.
-const RAISE_WATERMARK_SQL: &str = "UPDATE writes_pruned
+/// One prune as one simple query, so one round trip: its two statements run as one
+/// implicit transaction, which the `SET LOCAL` bounds. The `UPDATE` raises the watermark
+/// to (server time − `{kept_ms}`), never lowering it; the `DELETE` removes up to
+/// `{rows_max}` rows both written (server time) and, for an id of the timed form, created
+/// (its own time) before the watermark: so no id created at or after the watermark is
+/// ever deleted, whatever the clocks' skew. The CASE keeps the cast off other ids. Both
+/// values are integers the handle formats in (`prune_sql`), never text from a caller.
+const PRUNE_SQL: &str = "SET LOCAL lock_timeout = '100ms';
+WITH w AS (UPDATE writes_pruned
     SET before_ms = GREATEST(before_ms,
-        (extract(epoch FROM clock_timestamp()) * 1000)::bigint - $1)
-    WHERE id = 1 RETURNING before_ms";
-/// Deletes up to `$2` rows both written (server time) and, for an id of the timed form,
-/// created (its own time) before the watermark `$1`: so no id created at or after the
-/// watermark is ever deleted, whatever the clocks' skew. The CASE keeps the cast off other
-/// ids.
-const PRUNE_SQL: &str = "DELETE FROM writes WHERE write_id IN (
-    SELECT write_id FROM writes
-    WHERE at < to_timestamp($1::bigint / 1000.0)
-      AND CASE WHEN write_id ~ '^[0-9]{1,18}-'
-               THEN split_part(write_id, '-', 1)::bigint < $1
+        (extract(epoch FROM clock_timestamp()) * 1000)::bigint - {kept_ms})
+    WHERE id = 1 RETURNING before_ms)
+DELETE FROM writes WHERE write_id IN (
+    SELECT d.write_id FROM writes d, w
+    WHERE d.at < to_timestamp(w.before_ms / 1000.0)
+      AND CASE WHEN d.write_id ~ '^[0-9]{1,18}-'
+               THEN split_part(d.write_id, '-', 1)::bigint < w.before_ms
                ELSE true END
-    LIMIT $2)";
+    LIMIT {rows_max})";
+
+/// [`PRUNE_SQL`] for a handle keeping write ids `kept_ms` milliseconds.
+fn prune_sql(kept_ms: i64) -> String {
+    PRUNE_SQL
+        .replace("{kept_ms}", &kept_ms.to_string())
+        .replace("{rows_max}", &PRUNE_ROWS_MAX.to_string())
+}
 
 impl Shared {
     /// Counts a write that returned `Ok`; every `PRUNE_EVERY`th prunes `writes`, best
@@ -92,39 +102,32 @@ impl Shared {
         }
     }
 
-    /// One prune, in one short transaction: raise the watermark, then delete rows below
-    /// it. The watermark row's lock orders it with `resolve_on` (which reads the row `FOR
-    /// SHARE`), so a resolve never sees a row vanish under it; `lock_timeout` keeps a
-    /// prune from queueing behind a resolve that waits for an open write.
+    /// One prune ([`PRUNE_SQL`]), one round trip: raise the watermark, then delete rows
+    /// below it, in one short transaction. The watermark row's lock orders it with
+    /// `resolve_on` (which reads the row `FOR SHARE`), so a resolve never sees a row vanish
+    /// under it; `lock_timeout` keeps a prune from queueing behind a resolve that waits for
+    /// an open write.
     async fn prune(&self) -> Attempt<u64> {
+        let kept_ms = self
+            .options
+            .write_ids_kept
+            .as_millis()
+            .min(i64::MAX as u128) as i64;
+        let sql = prune_sql(kept_ms);
         let client = self.get().await?;
-        let (client, out) = driven(client, |mut client| async move {
-            let out = async {
-                let tx = client.transaction().await?;
-                tx.batch_execute("SET LOCAL lock_timeout = '100ms'").await?;
-                let kept_ms = self
-                    .options
-                    .write_ids_kept
-                    .as_millis()
-                    .min(i64::MAX as u128) as i64;
-                let before_ms: i64 = tx
-                    .query_one(RAISE_WATERMARK_SQL, &[&kept_ms])
-                    .await?
-                    .col(0)?;
-                let deleted = tx
-                    .execute(PRUNE_SQL, &[&before_ms, &PRUNE_ROWS_MAX])
-                    .await?;
-                tx.commit().await?;
-                Ok(deleted)
-            }
-            .await;
+        let (client, out) = driven(client, |client| async move {
+            let out = client.simple_query(&sql).await;
             (client, out)
         })
         .await;
-        if out.is_ok() {
-            self.put(client);
-        }
-        out
+        let messages = out?;
+        self.put(client);
+        // The last statement's count: the rows the `DELETE` removed.
+        let deleted = messages.iter().rev().find_map(|m| match m {
+            tokio_postgres::SimpleQueryMessage::CommandComplete(n) => Some(*n),
+            _ => None,
+        });
+        Ok(deleted.unwrap_or(0))
     }
 
     /// Runs one write of `task`: `f` gets a connection and this attempt's write id, opens
