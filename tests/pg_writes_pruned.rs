@@ -241,3 +241,43 @@ fn a_prune_that_meets_a_held_watermark_gives_up_at_its_lock_timeout_and_the_writ
     assert_ne!(watermark(), "0", "the next prune ran");
     assert_eq!(store.list_checkpoints("t").unwrap().len(), 128);
 }
+
+#[test]
+fn a_prune_deletes_by_key_and_never_scans_the_whole_table() {
+    let options = PgOptions {
+        write_ids_kept: Duration::from_secs(60),
+        ..PgOptions::default()
+    };
+    let store: PgStore = common::pg::store("prune_plan", options);
+    let schema = store.options().schema.clone();
+    // A busy fleet's week of write ids: most of them young, a few thousand aged out.
+    let now = now_ms() as i64;
+    common::pg::psql(&format!(
+        "INSERT INTO {schema}.writes (write_id, task, seq, landed, at) \
+         SELECT ({now} - g * 10)::text || '-' || md5(g::text), 'x', g, true, \
+                to_timestamp(({now} - g * 10) / 1000.0) \
+         FROM generate_series(1, 20000) g; \
+         ANALYZE {schema}.writes"
+    ));
+    // Rows written two minutes or more before `now`: aged out whenever the prune runs,
+    // and the oldest, which the index on `at` gives it first.
+    let old = || {
+        common::pg::psql(&format!(
+            "SELECT count(*) FROM {schema}.writes WHERE at < to_timestamp(({now} - 120000) / 1000.0)"
+        ))
+        .parse::<u64>()
+        .unwrap()
+    };
+    assert_eq!(old(), 8000);
+    let plan = common::pg::psql(&format!(
+        "SET search_path = {schema}; EXPLAIN (COSTS OFF) {}",
+        agentwal::postgres::prune_statement(60_000)
+    ));
+    assert!(!plan.contains("Seq Scan"), "{plan}");
+    assert!(plan.contains("writes_pkey"), "deleted by key: {plan}");
+    // And it prunes: 1000 rows per 64 writes.
+    for n in 1..=64u64 {
+        assert_eq!(store.commit("t", &step(n)).unwrap(), n);
+    }
+    assert_eq!(old(), 7000);
+}

@@ -43,6 +43,8 @@ pub use async_api::AsyncPgStore;
 pub use import::Imported;
 pub use inspect::{PgStats, PgVerifyReport};
 pub use lease::{HOLDER_BYTES_MAX, LEASE_TTL_MAX, Lease};
+#[doc(hidden)]
+pub use protocol::prune_statement;
 pub use resolve::Resolution;
 
 use crate::error::{Error, Result};

@@ -58,28 +58,34 @@ const PRUNE_ROWS_MAX: i64 = 1000;
 /// `PRUNE_EVERY` writes later.
 const PRUNE_TIME_MAX: std::time::Duration = std::time::Duration::from_secs(1);
 
-/// One prune as one simple query, so one round trip: its two statements run as one
-/// implicit transaction, which the `SET LOCAL` bounds. The `UPDATE` raises the watermark
-/// to (server time − `{kept_ms}`), never lowering it; the `DELETE` removes up to
-/// `{rows_max}` rows both written (server time) and, for an id of the timed form, created
-/// (its own time) before the watermark: so no id created at or after the watermark is
-/// ever deleted, whatever the clocks' skew. The CASE keeps the cast off other ids. Both
-/// values are integers the handle formats in (`prune_sql`), never text from a caller.
-const PRUNE_SQL: &str = "SET LOCAL lock_timeout = '100ms';
-WITH w AS (UPDATE writes_pruned
+/// Bounds a prune's wait for the watermark row's lock (sent before [`PRUNE_SQL`], in the
+/// same implicit transaction).
+const PRUNE_LOCK_TIMEOUT_SQL: &str = "SET LOCAL lock_timeout = '100ms'";
+
+/// The prune's statement. The `UPDATE` raises the watermark to (server time −
+/// `{kept_ms}`), never lowering it; the `DELETE` removes up to `{rows_max}` rows both
+/// written (server time) and, for an id of the timed form, created (its own time) before
+/// the watermark: so no id created at or after the watermark is ever deleted, whatever the
+/// clocks' skew. The CASE keeps the cast off other ids. The ids to delete are collected
+/// into an array first (through the index on `at`) and deleted by key: an `IN (subquery)`
+/// let the planner hash them and scan the whole table, every 64 writes. Both values are
+/// integers the handle formats in ([`prune_statement`]), never text from a caller.
+const PRUNE_SQL: &str = "WITH w AS (UPDATE writes_pruned
     SET before_ms = GREATEST(before_ms,
         (extract(epoch FROM clock_timestamp()) * 1000)::bigint - {kept_ms})
     WHERE id = 1 RETURNING before_ms)
-DELETE FROM writes WHERE write_id IN (
+DELETE FROM writes WHERE write_id = ANY (ARRAY(
     SELECT d.write_id FROM writes d, w
     WHERE d.at < to_timestamp(w.before_ms / 1000.0)
       AND CASE WHEN d.write_id ~ '^[0-9]{1,18}-'
                THEN split_part(d.write_id, '-', 1)::bigint < w.before_ms
                ELSE true END
-    LIMIT {rows_max})";
+    LIMIT {rows_max}))";
 
-/// [`PRUNE_SQL`] for a handle keeping write ids `kept_ms` milliseconds.
-fn prune_sql(kept_ms: i64) -> String {
+/// The prune's statement ([`PRUNE_SQL`]) for a handle keeping write ids `kept_ms`
+/// milliseconds. Public, hidden, for the test that checks its plan.
+#[doc(hidden)]
+pub fn prune_statement(kept_ms: i64) -> String {
     PRUNE_SQL
         .replace("{kept_ms}", &kept_ms.to_string())
         .replace("{rows_max}", &PRUNE_ROWS_MAX.to_string())
@@ -102,8 +108,9 @@ impl Shared {
         }
     }
 
-    /// One prune ([`PRUNE_SQL`]), one round trip: raise the watermark, then delete rows
-    /// below it, in one short transaction. The watermark row's lock orders it with
+    /// One prune, one round trip: [`PRUNE_LOCK_TIMEOUT_SQL`] and [`PRUNE_SQL`] as one
+    /// simple query, so one implicit transaction: raise the watermark, then delete rows
+    /// below it. The watermark row's lock orders it with
     /// `resolve_on` (which reads the row `FOR SHARE`), so a resolve never sees a row vanish
     /// under it; `lock_timeout` keeps a prune from queueing behind a resolve that waits for
     /// an open write.
@@ -113,7 +120,7 @@ impl Shared {
             .write_ids_kept
             .as_millis()
             .min(i64::MAX as u128) as i64;
-        let sql = prune_sql(kept_ms);
+        let sql = format!("{PRUNE_LOCK_TIMEOUT_SQL}; {}", prune_statement(kept_ms));
         let client = self.get().await?;
         let (client, out) = driven(client, |client| async move {
             let out = client.simple_query(&sql).await;
