@@ -15,6 +15,7 @@ pub mod log;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 pub(crate) mod rules;
+mod sorted_map;
 mod state;
 pub mod storage;
 mod store;

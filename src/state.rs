@@ -155,8 +155,10 @@ pub struct AgentState {
     /// The conversation so far.
     pub messages: Vec<Message>,
     /// The agent's variables (phase, step, scratch values, ...).
+    #[serde(deserialize_with = "crate::sorted_map::deserialize")]
     pub vars: BTreeMap<String, Value>,
     /// Run metadata (timings, retries, model names, ...).
+    #[serde(deserialize_with = "crate::sorted_map::deserialize")]
     pub metadata: BTreeMap<String, Value>,
 }
 
@@ -176,10 +178,12 @@ pub struct AgentDelta {
     /// Messages appended.
     pub messages: Vec<Message>,
     /// Variables inserted or replaced.
+    #[serde(deserialize_with = "crate::sorted_map::deserialize")]
     pub set: BTreeMap<String, Value>,
     /// Variables removed (after `set` is applied).
     pub unset: Vec<String>,
     /// Metadata entries merged in.
+    #[serde(deserialize_with = "crate::sorted_map::deserialize")]
     pub metadata: BTreeMap<String, Value>,
 }
 

@@ -36,7 +36,7 @@ pub enum Value {
     /// A list.
     List(Vec<Value>),
     /// A map with string keys, ordered.
-    Map(BTreeMap<String, Value>),
+    Map(#[serde(deserialize_with = "crate::sorted_map::deserialize")] BTreeMap<String, Value>),
 }
 
 macro_rules! from_int {

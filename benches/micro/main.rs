@@ -22,6 +22,9 @@
 //!   with checksums, index rebuild, the open's fsync of the tail segment);
 //!   `recovery/log_replay`: `Log::open_with` with a visitor that does nothing (the scan
 //!   alone). Throughput in record bytes scanned (`RecoveryReport::bytes`).
+//! - `decode_state`: one postcard-encoded `AgentState` of 2,200 variables shaped like the
+//!   LangGraph saver's, decoded by agentwal and by a copy of its types whose maps decode
+//!   entry by entry (serde's derived code); throughput in encoded bytes.
 //! - `compaction`: `Store::compact()` over a copy of a ~32 MiB store (4 MiB segments) of
 //!   64 tasks with `keep_checkpoints: Some(1)` whose steps overwrite a ~2 KB scratchpad
 //!   variable, so almost every record is dead. Each iteration compacts a fresh copy of the
@@ -54,9 +57,11 @@ use criterion::{BenchmarkGroup, Criterion, criterion_group, criterion_main};
 use tempfile::TempDir;
 
 mod codec_commit;
+mod decode;
 mod history;
 
 use codec_commit::{commit, record_codec};
+use decode::decode_state;
 use history::{compaction, load_latest, recovery};
 
 /// Records of format v2 carry their segment's salt in their checksums.
@@ -168,7 +173,7 @@ fn criterion() -> Criterion {
 criterion_group! {
     name = benches;
     config = criterion();
-    targets = record_codec, commit, load_latest, recovery, compaction
+    targets = record_codec, commit, load_latest, recovery, compaction, decode_state
 }
 
 criterion_main!(benches);
