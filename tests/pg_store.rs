@@ -373,3 +373,48 @@ fn catch_up_migrates_the_deltas_of_an_older_program() {
     );
     assert_eq!(Some(up), v2m.load_latest("t").unwrap());
 }
+
+/// The largest "Rows Removed by Filter" of an `EXPLAIN ANALYZE` output.
+fn most_rows_filtered(plan: &str) -> u64 {
+    plan.lines()
+        .filter_map(|l| l.trim().strip_prefix("Rows Removed by Filter: "))
+        .map(|n| n.trim().parse::<u64>().unwrap())
+        .max()
+        .unwrap_or(0)
+}
+
+#[test]
+fn a_load_finds_its_fold_base_without_reading_the_tasks_whole_history() {
+    let schema = common::pg::fresh_schema("fold_base_plan");
+    let options = PgOptions {
+        schema: schema.clone(),
+        snapshot_every: 50,
+        ..PgOptions::default()
+    };
+    let store: PgStore = PgStore::open(&common::pg::url(), options).unwrap();
+    for n in 1..=1200u64 {
+        store.commit("long", &common::pg::probe_step(n)).unwrap();
+    }
+    for task in 0..200 {
+        store
+            .commit(&format!("short-{task}"), &common::pg::probe_step(1))
+            .unwrap();
+    }
+    common::pg::psql(&format!("ANALYZE {schema}.checkpoints"));
+    // The plan a pooled connection gets from a prepared statement's sixth run on (generic),
+    // and the plan of a statement sent with its values (custom).
+    for mode in ["force_generic_plan", "force_custom_plan"] {
+        let plan = common::pg::psql(&format!(
+            "SET search_path = {schema}; SET plan_cache_mode = {mode}; \
+             PREPARE latest(bytea) AS {}; \
+             EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) \
+             EXECUTE latest(convert_to('long', 'UTF8'))",
+            agentwal::postgres::latest_statement()
+        ));
+        // The rows since the newest snapshot (fewer than 50), never the 1,200 of the task.
+        assert!(most_rows_filtered(&plan) < 50, "{mode}: {plan}");
+        assert!(!plan.contains("Aggregate"), "{mode}: {plan}");
+    }
+    let latest = store.load_latest("long").unwrap().unwrap();
+    assert_eq!(latest.seq, 1200);
+}

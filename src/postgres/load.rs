@@ -85,6 +85,9 @@ pub(super) async fn retained_from(
 ) -> Attempt<u64> {
     let young_from = match retention::age_cutoff_ms(options.max_age, now_ms()) {
         None => None,
+        // Creation times never decrease along a task's seqs: with the latest aged, all are,
+        // and the query would read every aged row of a task no one commits to.
+        Some(cutoff) if row.latest_created_at_ms < cutoff => Some(row.latest_seq),
         Some(cutoff) => {
             let r = c
                 .query_typed_one(
@@ -130,17 +133,22 @@ pub(super) fn inconsistent(task: &str, why: String) -> Fail {
 }
 
 /// The rows a fold to seq `$2` of task `$1` reads: from the newest snapshot at or before it
-/// (a macro, so that a statement holding it can be a `const`).
+/// (a macro, so that a statement holding it can be a `const`). The newest snapshot is found
+/// by walking the task's rows back from the bound until the first snapshot (`ORDER BY seq
+/// DESC LIMIT 1`): with `max(seq)` the planner aggregated over every row of the task up to
+/// the bound in its generic plan (a prepared statement's from its sixth run) and in the
+/// custom plan of any task it did not know to be long, reading a task's whole history at
+/// each load (tests/pg_store.rs checks the plan).
 macro_rules! fold_rows_sql {
     ($seq:literal) => {
         concat!(
             "SELECT seq, snapshot, schema_version, body, created_at_ms FROM checkpoints
              WHERE task = $1 AND seq <= ",
             $seq,
-            " AND seq >= coalesce((SELECT max(seq) FROM checkpoints
+            " AND seq >= coalesce((SELECT seq FROM checkpoints
                  WHERE task = $1 AND seq <= ",
             $seq,
-            " AND snapshot), 0)"
+            " AND snapshot ORDER BY seq DESC LIMIT 1), 0)"
         )
     };
 }
@@ -157,6 +165,12 @@ const LATEST_SQL: &str = concat!(
     fold_rows_sql!("t.latest_seq"),
     ") c ON true ORDER BY c.seq"
 );
+
+/// [`LATEST_SQL`], for the test that checks its plan. Public, hidden.
+#[doc(hidden)]
+pub fn latest_statement() -> &'static str {
+    LATEST_SQL
+}
 
 /// A task's latest checkpoint's `CheckpointInfo` columns; `$1`: the task.
 const LATEST_INFO_SQL: &str = "SELECT c.seq, c.created_at_ms, octet_length(c.body), c.snapshot,

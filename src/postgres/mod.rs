@@ -44,6 +44,8 @@ pub use import::Imported;
 pub use inspect::{PgStats, PgVerifyReport};
 pub use lease::{HOLDER_BYTES_MAX, LEASE_TTL_MAX, Lease};
 #[doc(hidden)]
+pub use load::latest_statement;
+#[doc(hidden)]
 pub use protocol::prune_statement;
 pub use resolve::Resolution;
 
