@@ -221,6 +221,11 @@ impl<S: State> AsyncStore<S> {
         self.store.tasks()
     }
 
+    /// [`Store::tasks_with_prefix`] (from memory: no blocking).
+    pub async fn tasks_with_prefix(&self, prefix: &str) -> Result<Vec<String>> {
+        self.store.tasks_with_prefix(prefix)
+    }
+
     /// [`Store::fork`], on the blocking pool. Dropped early: outcome unknown.
     pub async fn fork(&self, task: &str, seq: u64, new_task: &str) -> Result<u64> {
         let (task, new_task) = (task.to_string(), new_task.to_string());

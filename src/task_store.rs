@@ -46,6 +46,8 @@ pub trait TaskStore<S: State>: Send + Sync {
     fn latest_info(&self, task: &str) -> Result<Option<CheckpointInfo>>;
     /// See [`Store::tasks`].
     fn tasks(&self) -> Result<Vec<String>>;
+    /// See [`Store::tasks_with_prefix`].
+    fn tasks_with_prefix(&self, prefix: &str) -> Result<Vec<String>>;
     /// See [`Store::fork`].
     fn fork(&self, task: &str, seq: u64, new_task: &str) -> Result<u64>;
     /// See [`Store::delete_task`].
@@ -88,6 +90,9 @@ impl<S: State> TaskStore<S> for Store<S> {
     }
     fn tasks(&self) -> Result<Vec<String>> {
         Store::tasks(self)
+    }
+    fn tasks_with_prefix(&self, prefix: &str) -> Result<Vec<String>> {
+        Store::tasks_with_prefix(self, prefix)
     }
     fn fork(&self, task: &str, seq: u64, new_task: &str) -> Result<u64> {
         Store::fork(self, task, seq, new_task)

@@ -245,6 +245,14 @@ fn journal_fast_paths_and_fallbacks_answer_like_the_blocking_api() {
         assert_eq!(store.fork("t", 1, "f").await.expect("fork"), 1);
         store.delete_task("t").await.expect("delete");
         assert_eq!(store.tasks().await.expect("tasks"), vec!["f".to_string()]);
+        assert_eq!(store.tasks_with_prefix("f").await.expect("tasks"), ["f"]);
+        assert!(
+            store
+                .tasks_with_prefix("t")
+                .await
+                .expect("tasks")
+                .is_empty()
+        );
     });
     // A read-only view beside the writer: reads work, writes say why not.
     let ro: AsyncStore = rt

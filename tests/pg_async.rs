@@ -70,6 +70,10 @@ fn many_tasks_on_one_runtime_thread_complete() {
             .await
             .expect("finished: nothing blocked the runtime's only worker");
         assert_eq!(store.tasks().await.expect("tasks").len() as u64, tasks);
+        let ones: Vec<String> = std::iter::once("t1".to_string())
+            .chain((10..tasks.min(20)).map(|t| format!("t{t}")))
+            .collect();
+        assert_eq!(store.tasks_with_prefix("t1").await.expect("tasks"), ones);
         for t in 0..tasks {
             let task = format!("t{t}");
             let cp = store

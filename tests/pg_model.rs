@@ -19,7 +19,9 @@ use common::env::env_u64;
 use proptest::prelude::*;
 use proptest::sample::select;
 
-const TASKS: [&str; 3] = ["a", "b", "c"];
+// Ids that prefix one another, and a two-byte character: `TasksWithPrefix` ranges.
+const TASKS: [&str; 3] = ["a", "ab", "\u{e9}"];
+const PREFIXES: [&str; 8] = ["", "a", "ab", "abc", "b", "\u{e9}", "\u{ea}", "\u{e0}"];
 const CALLS: [&str; 3] = ["c1", "c2", "c3"];
 const BLOBS: [&[u8]; 3] = [b"", b"x", b"yy"];
 
@@ -75,6 +77,9 @@ enum Op {
         task: &'static str,
     },
     Tasks,
+    TasksWithPrefix {
+        prefix: &'static str,
+    },
 }
 
 /// An outcome both backends must agree on: a value rendered without the fields that
@@ -137,6 +142,9 @@ fn run(store: &impl TaskStore<AgentState>, op: &Op) -> String {
             format!("{v:?}")
         }),
         Op::Tasks => outcome(store.tasks(), |t| format!("{t:?}")),
+        Op::TasksWithPrefix { prefix } => {
+            outcome(store.tasks_with_prefix(prefix), |t| format!("{t:?}"))
+        }
     }
 }
 
@@ -182,6 +190,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => task().prop_map(|task| Op::PendingCalls { task }),
         2 => task().prop_map(|task| Op::ListCheckpoints { task }),
         1 => Just(Op::Tasks),
+        2 => select(&PREFIXES[..]).prop_map(|prefix| Op::TasksWithPrefix { prefix }),
     ]
 }
 

@@ -414,6 +414,9 @@ class Store:
         again at 1)."""
     def tasks(self) -> List[str]:
         """Ids of the store's tasks, sorted."""
+    def tasks_with_prefix(self, prefix: str) -> List[str]:
+        """Ids of the tasks whose id starts with ``prefix``, sorted (every task for
+        ``""``): how the LangGraph saver finds one thread's tasks."""
     def fork(self, task: str, seq: int, new_task: str) -> int:
         """Starts ``new_task`` as a copy of ``task`` at checkpoint ``seq``; returns the new
         task's seq (1). ``TaskExistsError`` if ``new_task`` exists."""
@@ -610,6 +613,9 @@ class PgStore:
         """As :meth:`Store.latest_info`: one query, no state read."""
     def tasks(self) -> List[str]:
         """As :meth:`Store.tasks`: every task of the schema, from every host."""
+    def tasks_with_prefix(self, prefix: str) -> List[str]:
+        """As :meth:`Store.tasks_with_prefix`: a range of the ``tasks`` key, so it reads
+        only the tasks it returns."""
     def fork(self, task: str, seq: int, new_task: str) -> int:
         """As :meth:`Store.fork`."""
     def delete_task(self, task: str) -> None:

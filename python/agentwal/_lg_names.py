@@ -28,6 +28,14 @@ def task_name(thread_id: str, checkpoint_ns: str) -> str:
     return name
 
 
+def thread_prefix(thread_id: Optional[str] = None) -> str:
+    """The prefix every task name of ``thread_id`` starts with (of every saver task for
+    None): what ``tasks_with_prefix`` lists."""
+    if thread_id is None:
+        return _TASK_PREFIX
+    return f"{_TASK_PREFIX}{quote(thread_id, safe='')}:"
+
+
 def parse_task_name(name: str) -> Optional[Tuple[str, str]]:
     """``(thread_id, checkpoint_ns)`` of a saver task; None for any other task of the store."""
     if not name.startswith(_TASK_PREFIX):

@@ -63,6 +63,7 @@ from ._lg_names import (
     parse_task_name,
     task_name,
     thread_id_of,
+    thread_prefix,
 )
 from ._lg_values import (
     checkpoint_tuple,
@@ -273,11 +274,13 @@ class AgentwalSaver(AsyncTwins, BaseCheckpointSaver[str]):
             self._index[task] = idx
             return
 
-    def _saver_tasks(self) -> List[Tuple[str, str, str]]:
+    def _saver_tasks(self, thread_id: Optional[str] = None) -> List[Tuple[str, str, str]]:
+        """``(task, thread_id, ns)`` of every saver task, or of ``thread_id``'s: a range of
+        the store's task ids (on PostgreSQL a range of the key, not every task)."""
         out = []
-        for name in self.store.tasks():
+        for name in self.store.tasks_with_prefix(thread_prefix(thread_id)):
             parsed = parse_task_name(name)
-            if parsed is not None:
+            if parsed is not None and thread_id in (None, parsed[0]):
                 out.append((name, parsed[0], parsed[1]))
         return out
 
@@ -338,7 +341,7 @@ class AgentwalSaver(AsyncTwins, BaseCheckpointSaver[str]):
                 ns = ns_of(config)
                 tasks = [(task_name(thread_id, ns), thread_id, ns)]
             else:
-                tasks = [t for t in self._saver_tasks() if t[1] == thread_id]
+                tasks = self._saver_tasks(thread_id)
         with self._locked(t[0] for t in tasks):
             candidates = []
             for task, thread_id, ns in tasks:
@@ -488,7 +491,7 @@ class AgentwalSaver(AsyncTwins, BaseCheckpointSaver[str]):
         """Deletes every checkpoint, blob and write of ``thread_id``, in every namespace (one
         agentwal task each; the space is reclaimed by compaction)."""
         thread_id = check_thread_id(thread_id)
-        tasks = [t for t in self._saver_tasks() if t[1] == thread_id]
+        tasks = self._saver_tasks(thread_id)
         with self._locked(t[0] for t in tasks):
             for task, _, _ in tasks:
                 self._delete_task(task)
@@ -511,12 +514,9 @@ class AgentwalSaver(AsyncTwins, BaseCheckpointSaver[str]):
         if src == dst:
             raise ValueError("copy_thread: source and target are the same thread")
         with self._locked(None):  # all tasks: the check and the forks are one step
-            tasks = self._saver_tasks()
-            if any(tid == dst for _, tid, _ in tasks):
+            if self._saver_tasks(dst):
                 raise ValueError(f"copy_thread: target thread {dst!r} already has checkpoints")
-            for task, tid, ns in tasks:
-                if tid != src:
-                    continue
+            for task, _, ns in self._saver_tasks(src):
                 seq = self._task(task).seq
                 if seq:
                     new = task_name(dst, ns)
@@ -569,9 +569,8 @@ class AgentwalSaver(AsyncTwins, BaseCheckpointSaver[str]):
             return unset_delta(idx, doomed, [b for b in idx.blob_ids() if b not in keep])
 
         with self._locked(None):
-            for task, tid, _ in self._saver_tasks():
-                if tid not in threads:
-                    continue
+            tasks = [t for thread_id in sorted(threads) for t in self._saver_tasks(thread_id)]
+            for task, _, _ in tasks:
                 if strategy == "delete":
                     self._delete_task(task)
                 else:

@@ -349,6 +349,12 @@ impl Store {
         run(py, || engine.tasks())
     }
 
+    /// Ids of the tasks whose id starts with ``prefix``, sorted (every task for ``""``).
+    fn tasks_with_prefix(&self, py: Python<'_>, prefix: String) -> PyResult<Vec<String>> {
+        let engine = self.engine(py)?;
+        run(py, || engine.tasks_with_prefix(&prefix))
+    }
+
     /// Starts task ``new_task`` as a copy of ``task`` at checkpoint ``seq`` and returns
     /// the new task's seq (1). ``TaskExistsError`` if ``new_task`` exists.
     fn fork(&self, py: Python<'_>, task: String, seq: u64, new_task: String) -> PyResult<u64> {

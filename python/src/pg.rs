@@ -277,6 +277,12 @@ impl PgStore {
         run(py, || engine.tasks())
     }
 
+    /// Ids of the tasks whose id starts with ``prefix``, sorted (every task for ``""``).
+    fn tasks_with_prefix(&self, py: Python<'_>, prefix: String) -> PyResult<Vec<String>> {
+        let engine = self.engine(py)?;
+        run(py, || engine.tasks_with_prefix(&prefix))
+    }
+
     /// Starts ``new_task`` as a copy of ``task`` at checkpoint ``seq``.
     fn fork(&self, py: Python<'_>, task: String, seq: u64, new_task: String) -> PyResult<u64> {
         let engine = self.engine(py)?;

@@ -408,3 +408,49 @@ def test_a_write_from_a_stale_index_on_postgres_catches_up_and_lands_once():
             assert [w for w in got.pending_writes if w[0] == "task-b"] == [("task-b", "step", 7)]
     finally:
         pg_env.drop_schema(schema)
+
+
+class _PrefixLog(_CallLog):
+    """The saver's store, recording each call and the prefixes it lists tasks by."""
+
+    def __init__(self, store: Any) -> None:
+        super().__init__(store)
+        self.prefixes: List[str] = []
+
+    def tasks_with_prefix(self, prefix: str) -> List[str]:
+        self.calls.append("tasks_with_prefix")
+        self.prefixes.append(prefix)
+        return self._store.tasks_with_prefix(prefix)
+
+
+def test_one_threads_operations_list_only_that_threads_tasks(store):
+    threads = ["a", "ab", "a:b", "a%3Ab", "b"]
+    with AgentwalSaver(store) as saver:
+        for thread in threads:
+            _run(saver, 2, {"configurable": {"thread_id": thread}})
+        # A task of the store that is not the saver's is never listed as one.
+        store.commit("lg:not-a-saver-task", {"set": {"x": 1}})
+    saver = AgentwalSaver(store)
+    log = _PrefixLog(store)
+    saver.store = log
+
+    def ids(config: Any) -> set:
+        return {t.config["configurable"]["thread_id"] for t in saver.list(config)}
+
+    assert ids({"configurable": {"thread_id": "a"}}) == {"a"}
+    assert ids(None) == set(threads)
+    saver.delete_thread("a")
+    saver.copy_thread("a:b", "a")
+    saver.prune(["b"], strategy="delete")
+    assert ids(None) == {"a", "ab", "a:b", "a%3Ab"}
+    assert ids({"configurable": {"thread_id": "a"}}) == {"a"}
+    assert "tasks" not in log.calls, log.calls
+    # Each thread by its own prefix (":" and "%" are quoted in task names), all by "lg:".
+    assert log.prefixes == [
+        "lg:a:", "lg:", "lg:a:", "lg:a:", "lg:a%3Ab:", "lg:b:", "lg:", "lg:a:",
+    ], log.prefixes
+    assert "lg:not-a-saver-task" in store.tasks_with_prefix("lg:")
+    assert store.tasks_with_prefix("") == store.tasks()
+    assert store.tasks_with_prefix("lg:a") == sorted(
+        t for t in store.tasks() if t.startswith("lg:a")
+    )

@@ -35,6 +35,9 @@ impl<S: State> TaskStore<S> for PgStore<S> {
     fn tasks(&self) -> Result<Vec<String>> {
         PgStore::tasks(self)
     }
+    fn tasks_with_prefix(&self, prefix: &str) -> Result<Vec<String>> {
+        PgStore::tasks_with_prefix(self, prefix)
+    }
     fn fork(&self, task: &str, seq: u64, new_task: &str) -> Result<u64> {
         PgStore::fork(self, task, seq, new_task)
     }

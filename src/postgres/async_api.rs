@@ -142,6 +142,13 @@ impl<S: State> AsyncPgStore<S> {
             .await
     }
 
+    /// [`PgStore::tasks_with_prefix`].
+    pub async fn tasks_with_prefix(&self, prefix: &str) -> Result<Vec<String>> {
+        let prefix = prefix.to_string();
+        self.spawn(move |s| async move { s.tasks_with_prefix_async(&prefix).await })
+            .await
+    }
+
     /// [`PgStore::fork`]. Dropped early: outcome unknown.
     pub async fn fork(&self, task: &str, seq: u64, new_task: &str) -> Result<u64> {
         let (task, new_task) = (task.to_string(), new_task.to_string());

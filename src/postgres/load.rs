@@ -438,6 +438,48 @@ impl<S: State> PgStore<S> {
             .await
     }
 
+    /// Ids of the tasks whose id starts with `prefix`, sorted (see
+    /// [`Store::tasks_with_prefix`](crate::Store::tasks_with_prefix)): a range of the
+    /// `tasks` key, `[prefix, the least bytes after every id it starts)`, so it reads those
+    /// tasks only.
+    pub fn tasks_with_prefix(&self, prefix: &str) -> Result<Vec<String>> {
+        self.shared.block_on(self.tasks_with_prefix_async(prefix))
+    }
+
+    /// [`tasks_with_prefix`](Self::tasks_with_prefix), as a future.
+    pub(super) async fn tasks_with_prefix_async(&self, prefix: &str) -> Result<Vec<String>> {
+        // Every id starting with `prefix` sorts below this, every other id at or above
+        // the prefix sorts at or above it. A UTF-8 prefix never ends in 0xFF, so the last
+        // byte can always be raised; an empty prefix has no bound: every task.
+        let Some((last, head)) = prefix.as_bytes().split_last() else {
+            return self.tasks_async().await;
+        };
+        let Some(bumped) = last.checked_add(1) else {
+            unreachable!("a str's bytes never end in 0xFF");
+        };
+        let end = [head, &[bumped]].concat();
+        let end = &end;
+        self.shared
+            .run_read_async(
+                "listing tasks",
+                attempt!(|c| {
+                    let rows = c
+                        .query_typed(
+                            "SELECT task FROM tasks WHERE task >= $1 AND task < $2",
+                            &[(&prefix.as_bytes(), Type::BYTEA), (end, Type::BYTEA)],
+                        )
+                        .await?;
+                    let mut ids = rows
+                        .iter()
+                        .map(|r| utf8("task id", r.col(0)?))
+                        .collect::<Attempt<Vec<String>>>()?;
+                    ids.sort_unstable();
+                    Ok(ids)
+                }),
+            )
+            .await
+    }
+
     /// The recorded result of a finished call (see
     /// [`Store::call_result`](crate::Store::call_result)).
     pub fn call_result(&self, task: &str, call_id: &str) -> Result<Option<Vec<u8>>> {

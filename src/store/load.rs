@@ -196,6 +196,14 @@ impl<S: State> Store<S> {
     pub fn tasks(&self) -> Result<Vec<String>> {
         Ok(self.inner.index.task_ids())
     }
+
+    /// Ids of the tasks whose id starts with `prefix` (its bytes), sorted; every task for
+    /// an empty prefix. On PostgreSQL a range of the key, so it reads only those tasks.
+    pub fn tasks_with_prefix(&self, prefix: &str) -> Result<Vec<String>> {
+        let mut ids = self.inner.index.task_ids();
+        ids.retain(|id| id.starts_with(prefix));
+        Ok(ids)
+    }
 }
 
 /// The info of checkpoint `seq` as the index `data` holds it; `None` if it holds no such
