@@ -46,8 +46,13 @@ pub trait TaskStore<S: State>: Send + Sync {
     fn latest_info(&self, task: &str) -> Result<Option<CheckpointInfo>>;
     /// See [`Store::tasks`].
     fn tasks(&self) -> Result<Vec<String>>;
-    /// See [`Store::tasks_with_prefix`].
-    fn tasks_with_prefix(&self, prefix: &str) -> Result<Vec<String>>;
+    /// See [`Store::tasks_with_prefix`]. By default [`tasks`](Self::tasks) filtered; the
+    /// crate's stores answer it themselves (PostgreSQL: a range of the key).
+    fn tasks_with_prefix(&self, prefix: &str) -> Result<Vec<String>> {
+        let mut ids = self.tasks()?;
+        ids.retain(|id| id.starts_with(prefix));
+        Ok(ids)
+    }
     /// See [`Store::fork`].
     fn fork(&self, task: &str, seq: u64, new_task: &str) -> Result<u64>;
     /// See [`Store::delete_task`].

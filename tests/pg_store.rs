@@ -418,3 +418,55 @@ fn a_load_finds_its_fold_base_without_reading_the_tasks_whole_history() {
     let latest = store.load_latest("long").unwrap().unwrap();
     assert_eq!(latest.seq, 1200);
 }
+
+/// A handle that has no hint of a task (a new handle, or one that forgot it) decides on the
+/// row of a task that does not exist: a snapshot due there is prepared on the row read
+/// with the state, never on that guess.
+#[test]
+fn a_handle_without_a_hint_prepares_its_snapshot_on_the_row_it_reads() {
+    let schema = common::pg::fresh_schema("cold_hint");
+    let options = |snapshot_every| PgOptions {
+        schema: schema.clone(),
+        snapshot_every,
+        ..PgOptions::default()
+    };
+    let url = common::pg::url();
+    // Every checkpoint a snapshot, from every handle.
+    let a: PgStore = PgStore::open(&url, options(1)).unwrap();
+    for n in 1..=3 {
+        a.commit("t", &common::pg::probe_step(n)).unwrap();
+    }
+    let b: PgStore = PgStore::open(&url, options(1)).unwrap();
+    assert_eq!(b.commit("t", &common::pg::probe_step(4)).unwrap(), 4);
+    let infos = b.list_checkpoints("t").unwrap();
+    assert!(infos.iter().all(|i| i.snapshot), "{infos:?}");
+    let mut expected = AgentState::default();
+    for n in 1..=4 {
+        agentwal::State::apply(&mut expected, &common::pg::probe_step(n));
+    }
+    assert_eq!(*b.load_latest("t").unwrap().unwrap().state, expected);
+
+    // A history of another schema version: the first commit of a new handle of the new
+    // program, with a snapshot due on the guess, refuses rather than append to it ...
+    let v1: PgStore<CounterV1> = open(&schema);
+    v1.commit("c", &5).unwrap();
+    let v2: PgStore<CounterV2> = PgStore::open(&url, options(1)).unwrap();
+    let r = v2.commit("c", &(1, "x".into()));
+    assert!(
+        matches!(
+            r,
+            Err(Error::SchemaMismatch {
+                found: 1,
+                expected: 2
+            })
+        ),
+        "{r:?}"
+    );
+    assert_eq!(v1.list_checkpoints("c").unwrap().len(), 1);
+    // ... and a writer fenced off the task learns that first, as its write would tell it.
+    v1.acquire("c", "another worker", Duration::from_secs(60))
+        .unwrap();
+    let v2: PgStore<CounterV2> = PgStore::open(&url, options(1)).unwrap();
+    let r = v2.commit("c", &(1, "x".into()));
+    assert!(matches!(r, Err(Error::Fenced { .. })), "{r:?}");
+}

@@ -19,7 +19,7 @@ use super::commit_fn::{self, Answer, CALL_SQL, CALL_TYPES, Call};
 use super::conn::{Attempt, Conn, Fail, Shared, attempt};
 use super::hint::Hint;
 use super::load::latest;
-use super::protocol::judge_fence;
+use super::protocol::{check_fence, judge_fence};
 use super::writes::{NewCheckpoint, advance};
 use crate::error::{Error, Result};
 use crate::state::State;
@@ -33,9 +33,10 @@ const COMMIT_STATEMENTS: &[(&str, &[Type])] = &[
     (CALL_SQL, CALL_TYPES),
 ];
 
-/// A snapshot encoded outside any transaction: the state after the delta, on top of `base`.
+/// A snapshot encoded outside any transaction: the state after the delta, on top of the
+/// task's row `on` (read with the state it was built from).
 struct Prepared {
-    base: u64,
+    on: Hint,
     bytes: Vec<u8>,
 }
 
@@ -71,16 +72,19 @@ enum Step {
 /// The snapshot policy (the local store's, `snapshot_due`) on the row `p.hint`. A history
 /// written under another schema version is rebuilt (through the migration hooks, refusing
 /// the commit if it cannot be read) and snapshotted first (docs/store.md §6). A snapshot is
-/// prepared once per commit, on the row read with the state (which becomes the hint); if
-/// the task moved on since, the delta is written and the snapshot stays due for the next
-/// commit (a delta is always correct, a snapshot is an optimization).
+/// prepared once per commit, always on a row read with the state (which becomes the hint),
+/// never on a hint alone (a handle without one has the row of a task that does not exist);
+/// it is written only on that very row (its seq, counters, versions and time: a task
+/// deleted and written again up to the same seq is another row). If the task moved on
+/// since, the delta is written and the snapshot stays due for the next commit (a delta is
+/// always correct, a snapshot is an optimization).
 fn decide(p: &Pending, delta_len: u64, version: u32, snapshot_every: u32) -> Step {
     let due =
         snapshot_due(p.hint.counters, delta_len, snapshot_every) || p.hint.foreign_schema(version);
     match (due, &p.prepared) {
         (false, _) => Step::Write { snapshot: false },
         (true, Some(prepared)) => Step::Write {
-            snapshot: prepared.base == p.hint.latest_seq,
+            snapshot: prepared.on == p.hint,
         },
         (true, None) => Step::Prepare,
     }
@@ -125,10 +129,9 @@ async fn commit_attempt<S: State>(
         };
         let answer = match step {
             Step::Prepare => {
-                let (row, prepared) =
-                    prepare_snapshot::<S>(shared, c, a.task, &hint, a.delta).await?;
+                let prepared = prepare_snapshot::<S>(shared, c, a).await?;
                 let mut p = pending.lock();
-                p.hint = row;
+                p.hint = prepared.on.clone();
                 p.prepared = Some(Arc::new(prepared));
                 continue;
             }
@@ -215,32 +218,29 @@ async fn call<S: State>(
 }
 
 /// The task's row and a snapshot prepared on it: its latest state (read with the row, in
-/// one statement, `load::latest`) after `delta`, encoded. A task not known to exist
-/// (`hint` at seq 0) starts from the default state without a read; the call then checks
-/// that it still has no checkpoint.
+/// one statement, `load::latest`) after `delta`, encoded. A history this program cannot
+/// read (another schema version without migration hooks, a corrupt body) refuses the
+/// commit, but a fenced writer learns first that it is fenced, as the write would tell it.
 async fn prepare_snapshot<S: State>(
     shared: &Shared,
     c: &Conn,
-    task: &str,
-    hint: &Hint,
-    delta: &S::Delta,
-) -> Attempt<(Hint, Prepared)> {
-    let (row, mut state) = match hint.latest_seq {
-        0 => (hint.clone(), S::default()),
-        _ => {
-            shared.commit_round_trips.fetch_add(1, Ordering::Relaxed);
-            match latest::<S>(c, task).await? {
-                Some((row, state, _)) => (Hint::from(&row), state),
-                // The task was deleted: decide on the row of a task that does not exist.
-                None => (Hint::default(), S::default()),
-            }
+    a: &Attempted<'_, S>,
+) -> Attempt<Prepared> {
+    shared.commit_round_trips.fetch_add(1, Ordering::Relaxed);
+    let (on, mut state) = match latest::<S>(c, a.task).await {
+        Ok(Some((row, state, _))) => (Hint::from(&row), state),
+        // No task: decide on the row of a task that does not exist.
+        Ok(None) => (Hint::default(), S::default()),
+        Err(Fail::Api(e)) => {
+            check_fence(c, a.task, a.epoch).await?;
+            return Err(Fail::Api(e));
         }
+        Err(e) => return Err(e),
     };
-    shared.hints.put(task, row.clone());
-    state.apply(delta);
-    let base = row.latest_seq;
+    shared.hints.put(a.task, on.clone());
+    state.apply(a.delta);
     let bytes = codec::encode(&state)?;
-    Ok((row, Prepared { base, bytes }))
+    Ok(Prepared { on, bytes })
 }
 
 impl<S: State> PgStore<S> {
@@ -315,24 +315,23 @@ mod tests {
     use super::*;
     use crate::store::policy::SnapshotCounters;
 
-    fn pending(deltas: u32, prepared: Option<u64>) -> Pending {
-        Pending {
-            hint: Hint {
-                latest_seq: 10,
-                latest_created_at_ms: 0,
-                counters: SnapshotCounters {
-                    snapshot_bytes: 100,
-                    deltas_since_snapshot: deltas,
-                    delta_bytes_since_snapshot: 10,
-                },
-                versions: vec![1],
+    fn row(seq: u64, deltas: u32, created_at_ms: u64) -> Hint {
+        Hint {
+            latest_seq: seq,
+            latest_created_at_ms: created_at_ms,
+            counters: SnapshotCounters {
+                snapshot_bytes: 100,
+                deltas_since_snapshot: deltas,
+                delta_bytes_since_snapshot: 10,
             },
-            prepared: prepared.map(|base| {
-                Arc::new(Prepared {
-                    base,
-                    bytes: vec![],
-                })
-            }),
+            versions: vec![1],
+        }
+    }
+
+    fn pending(deltas: u32, prepared_on: Option<Hint>) -> Pending {
+        Pending {
+            hint: row(10, deltas, 0),
+            prepared: prepared_on.map(|on| Arc::new(Prepared { on, bytes: vec![] })),
         }
     }
 
@@ -341,9 +340,24 @@ mod tests {
         let write = |snapshot| Step::Write { snapshot };
         assert_eq!(decide(&pending(1, None), 1, 1, 4), write(false));
         assert_eq!(decide(&pending(3, None), 1, 1, 4), Step::Prepare);
-        assert_eq!(decide(&pending(3, Some(10)), 1, 1, 4), write(true));
+        assert_eq!(
+            decide(&pending(3, Some(row(10, 3, 0))), 1, 1, 4),
+            write(true)
+        );
         // Prepared on a row the task has moved on from: the delta, never a second prepare.
-        assert_eq!(decide(&pending(3, Some(9)), 1, 1, 4), write(false));
+        assert_eq!(
+            decide(&pending(3, Some(row(9, 2, 0))), 1, 1, 4),
+            write(false)
+        );
+        // The same seq of another row (the task deleted and written again): the delta.
+        assert_eq!(
+            decide(&pending(3, Some(row(10, 3, 7))), 1, 1, 4),
+            write(false)
+        );
+        assert_eq!(
+            decide(&pending(3, Some(row(10, 1, 0))), 1, 1, 4),
+            write(false)
+        );
         // Another schema version in the history: due whatever the counters.
         assert_eq!(decide(&pending(1, None), 1, 2, 4), Step::Prepare);
     }
