@@ -72,20 +72,23 @@ enum Step {
 /// The snapshot policy (the local store's, `snapshot_due`) on the row `p.hint`. A history
 /// written under another schema version is rebuilt (through the migration hooks, refusing
 /// the commit if it cannot be read) and snapshotted first (docs/store.md §6). A snapshot is
-/// prepared once per commit, always on a row read with the state (which becomes the hint),
-/// never on a hint alone (a handle without one has the row of a task that does not exist);
-/// it is written only on that very row (its seq, counters, versions and time: a task
-/// deleted and written again up to the same seq is another row). If the task moved on
-/// since, the delta is written and the snapshot stays due for the next commit (a delta is
-/// always correct, a snapshot is an optimization).
+/// prepared on a row read with the state (which becomes the hint), never on a hint alone (a
+/// handle without one has the row of a task that does not exist), and written only on that
+/// very row (its seq, counters, versions and time: a task deleted and written again up to
+/// the same seq is another row). If the task moved on since, the delta is written and the
+/// snapshot stays due for the next commit (a delta is always correct, a snapshot is an
+/// optimization), unless a record of another version came in: then it is prepared again.
 fn decide(p: &Pending, delta_len: u64, version: u32, snapshot_every: u32) -> Step {
-    let due =
-        snapshot_due(p.hint.counters, delta_len, snapshot_every) || p.hint.foreign_schema(version);
+    let foreign = p.hint.foreign_schema(version);
+    let due = snapshot_due(p.hint.counters, delta_len, snapshot_every) || foreign;
     match (due, &p.prepared) {
         (false, _) => Step::Write { snapshot: false },
-        (true, Some(prepared)) => Step::Write {
-            snapshot: prepared.on == p.hint,
-        },
+        (true, Some(prepared)) if prepared.on == p.hint => Step::Write { snapshot: true },
+        // A record of another version came in since the read: never a delta on top of
+        // it (the rule of docs/store.md §6), so read again (which refuses what it
+        // cannot fold).
+        (true, Some(_)) if foreign => Step::Prepare,
+        (true, Some(_)) => Step::Write { snapshot: false },
         (true, None) => Step::Prepare,
     }
 }
@@ -358,7 +361,16 @@ mod tests {
             decide(&pending(3, Some(row(10, 1, 0))), 1, 1, 4),
             write(false)
         );
-        // Another schema version in the history: due whatever the counters.
+        // Another schema version in the history: due whatever the counters; and prepared
+        // again, never written as a delta, when it came in after the read.
         assert_eq!(decide(&pending(1, None), 1, 2, 4), Step::Prepare);
+        assert_eq!(
+            decide(&pending(1, Some(row(9, 0, 0))), 1, 2, 4),
+            Step::Prepare
+        );
+        assert_eq!(
+            decide(&pending(1, Some(row(10, 1, 0))), 1, 2, 4),
+            write(true)
+        );
     }
 }
