@@ -339,7 +339,7 @@ mod tests {
     }
 
     #[test]
-    fn a_snapshot_is_prepared_once_and_written_only_on_its_base() {
+    fn a_snapshot_is_written_only_on_the_row_it_was_prepared_on() {
         let write = |snapshot| Step::Write { snapshot };
         assert_eq!(decide(&pending(1, None), 1, 1, 4), write(false));
         assert_eq!(decide(&pending(3, None), 1, 1, 4), Step::Prepare);

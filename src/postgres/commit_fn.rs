@@ -221,12 +221,7 @@ pub(super) fn answered_row(row: &Row) -> Attempt<Hint> {
 
 /// Calls the commit function: one statement, one round trip.
 pub(super) async fn call(c: &impl Session, a: &Call<'_>) -> Attempt<Answer> {
-    let d = Some(a.decided_on);
-    let latest = d.map(|h| int(h.latest_seq));
-    let snapshot_bytes = d.map(|h| int(h.counters.snapshot_bytes));
-    let deltas = d.map(|h| h.counters.deltas_since_snapshot as i32);
-    let delta_bytes = d.map(|h| int(h.counters.delta_bytes_since_snapshot));
-    let versions = d.map(|h| h.versions.as_slice());
+    let d = a.decided_on;
     let (after, after_versions) = a.after;
     let by_count = a.prune.map(|(n, _)| int(n));
     let cutoff = a.prune.and_then(|(_, c)| c).map(int);
@@ -237,11 +232,11 @@ pub(super) async fn call(c: &impl Session, a: &Call<'_>) -> Attempt<Answer> {
             (&a.task.as_bytes(), Type::BYTEA),
             (&a.epoch.map(int), Type::INT8),
             (&a.expected.map(int), Type::INT8),
-            (&latest, Type::INT8),
-            (&snapshot_bytes, Type::INT8),
-            (&deltas, Type::INT4),
-            (&delta_bytes, Type::INT8),
-            (&versions, Type::INT4_ARRAY),
+            (&int(d.latest_seq), Type::INT8),
+            (&int(d.counters.snapshot_bytes), Type::INT8),
+            (&(d.counters.deltas_since_snapshot as i32), Type::INT4),
+            (&int(d.counters.delta_bytes_since_snapshot), Type::INT8),
+            (&d.versions.as_slice(), Type::INT4_ARRAY),
             (&a.write_id, Type::TEXT),
             (&int(a.now_ms), Type::INT8),
             (&(a.schema_version as i32), Type::INT4),

@@ -253,6 +253,16 @@ pub(super) async fn latest<S: State>(c: &Conn, task: &str) -> Attempt<Option<(Ta
     Ok(Some((row, state, created_at_ms)))
 }
 
+/// The task ids of `rows` (column 0), sorted by bytes as the local store sorts them.
+fn sorted_ids(rows: &[Row]) -> Attempt<Vec<String>> {
+    let mut ids = rows
+        .iter()
+        .map(|r| utf8("task id", r.col(0)?))
+        .collect::<Attempt<Vec<String>>>()?;
+    ids.sort_unstable();
+    Ok(ids)
+}
+
 /// Starts a read-only transaction that sees one snapshot of the database.
 async fn read_tx(c: &mut Client) -> Attempt<tokio_postgres::Transaction<'_>> {
     Ok(c.build_transaction()
@@ -427,12 +437,7 @@ impl<S: State> PgStore<S> {
                 "listing tasks",
                 attempt!(|c| {
                     let rows = c.query("SELECT task FROM tasks", &[]).await?;
-                    let mut ids = rows
-                        .iter()
-                        .map(|r| utf8("task id", r.col(0)?))
-                        .collect::<Attempt<Vec<String>>>()?;
-                    ids.sort_unstable();
-                    Ok(ids)
+                    sorted_ids(&rows)
                 }),
             )
             .await
@@ -469,12 +474,7 @@ impl<S: State> PgStore<S> {
                             &[(&prefix.as_bytes(), Type::BYTEA), (end, Type::BYTEA)],
                         )
                         .await?;
-                    let mut ids = rows
-                        .iter()
-                        .map(|r| utf8("task id", r.col(0)?))
-                        .collect::<Attempt<Vec<String>>>()?;
-                    ids.sort_unstable();
-                    Ok(ids)
+                    sorted_ids(&rows)
                 }),
             )
             .await

@@ -110,10 +110,9 @@ impl Shared {
 
     /// One prune, one round trip: [`PRUNE_LOCK_TIMEOUT_SQL`] and [`PRUNE_SQL`] as one
     /// simple query, so one implicit transaction: raise the watermark, then delete rows
-    /// below it. The watermark row's lock orders it with
-    /// `resolve_on` (which reads the row `FOR SHARE`), so a resolve never sees a row vanish
-    /// under it; `lock_timeout` keeps a prune from queueing behind a resolve that waits for
-    /// an open write.
+    /// below it. The watermark row's lock orders it with `resolve_on` (which reads the row
+    /// `FOR SHARE`), so a resolve never sees a row vanish under it; `lock_timeout` keeps a
+    /// prune from queueing behind a resolve that waits for an open write.
     async fn prune(&self) -> Attempt<u64> {
         let kept_ms = self
             .options

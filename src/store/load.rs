@@ -200,9 +200,7 @@ impl<S: State> Store<S> {
     /// Ids of the tasks whose id starts with `prefix` (its bytes), sorted; every task for
     /// an empty prefix. On PostgreSQL a range of the key, so it reads only those tasks.
     pub fn tasks_with_prefix(&self, prefix: &str) -> Result<Vec<String>> {
-        let mut ids = self.inner.index.task_ids();
-        ids.retain(|id| id.starts_with(prefix));
-        Ok(ids)
+        Ok(self.inner.index.task_ids_with_prefix(prefix))
     }
 }
 

@@ -109,10 +109,15 @@ impl Index {
 
     /// Ids of tasks with at least one checkpoint or tool call, sorted.
     pub fn task_ids(&self) -> Vec<String> {
+        self.task_ids_with_prefix("")
+    }
+
+    /// [`task_ids`](Self::task_ids) of the ids starting with `prefix`, only those copied.
+    pub fn task_ids_with_prefix(&self, prefix: &str) -> Vec<String> {
         let tasks = self.tasks.read();
         let mut ids: Vec<String> = tasks
             .iter()
-            .filter(|(_, s)| s.data.read().exists())
+            .filter(|(k, s)| k.starts_with(prefix) && s.data.read().exists())
             .map(|(k, _)| k.to_string())
             .collect();
         ids.sort_unstable();
